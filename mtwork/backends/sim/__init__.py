@@ -1,0 +1,200 @@
+"""The `sim` backend: MSL compiled with clang against mtwork's Metal shim, GPU threads
+run as fibers on all CPU cores."""
+
+from __future__ import annotations
+
+import ctypes
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import mlx.core as mx
+import numpy as np
+
+from ... import dtypes
+from ...source import GeneratedSource, Param, template_text
+from . import compiler, runtime
+from .launcher import LaunchParam, launcher_source
+from .rewrite import rewrite_msl
+
+NAME = "sim"
+
+# Outputs not given an init_value start as this pattern, so code that forgets to write
+# an element shows up: NaN with a recognisable payload for floats, 0xBE bytes otherwise.
+_POISON_BITS = {
+    mx.float32: np.array([0x7FC0BADD], dtype=np.uint32),
+    mx.float16: np.array([0x7EBA], dtype=np.uint16),
+    mx.bfloat16: np.array([0x7FBA], dtype=np.uint16),
+    mx.complex64: np.array([0x7FC0BADD, 0x7FC0BADD], dtype=np.uint32),
+}
+
+_TU_PRELUDE = '#include <metal_stdlib>\n#include "mlx/backend/metal/kernels/utils.h"\n'
+
+
+def unavailable_reason() -> str | None:
+    """Why the emulator cannot run here, or None when it can."""
+    try:
+        compiler.compiler_command()
+    except Exception as exc:  # noqa: BLE001 - report any cause
+        return str(exc)
+    if compiler.mlx_include_dir() is None:
+        return "the installed mlx package has no Metal kernel headers"
+    return None
+
+
+def _poison(dtype: mx.Dtype, shape: Sequence[int]) -> np.ndarray:
+    storage = dtypes.storage_numpy_dtype(dtype)
+    out = np.empty(tuple(shape), dtype=storage)
+    pattern = _POISON_BITS.get(dtype)
+    raw = out.reshape(-1).view(np.uint8)
+    if pattern is None:
+        raw[:] = 0xBE
+    else:
+        raw[:] = np.resize(pattern.view(np.uint8), raw.size)
+    return out
+
+
+def _filled(dtype: mx.Dtype, shape: Sequence[int], value: float) -> np.ndarray:
+    one = mx.array(value).astype(dtype)
+    bits = np.array(one.view(mx.uint16)) if dtype == mx.bfloat16 else np.array(one)
+    return np.full(tuple(shape), bits, dtype=dtypes.storage_numpy_dtype(dtype))
+
+
+def _numpy_view(arr: mx.array) -> np.ndarray:
+    """The array's memory as numpy (no copy); bfloat16 as uint16."""
+    if arr.dtype == mx.bfloat16:
+        arr = arr.view(mx.uint16)
+    return np.array(arr, copy=False)
+
+
+def _launch_params(params: Sequence[Param]) -> list[LaunchParam]:
+    out = []
+    for p in params:
+        if p.kind == "attribute":
+            out.append(LaunchParam("attribute", p.msl_type, attribute=p.name))
+            continue
+        ref = "&" if p.by_reference else "*"
+        if p.kind == "output":
+            element = f"atomic<{p.msl_type}>" if p.atomic else p.msl_type
+            out.append(LaunchParam("buffer", f"device {element}*", slot=p.buffer_index))
+        else:
+            out.append(
+                LaunchParam("buffer", f"const {p.address_space} {p.msl_type}{ref}",
+                            slot=p.buffer_index)
+            )
+    return out
+
+
+@dataclass(frozen=True)
+class _Compiled:
+    library: runtime.KernelLibrary
+
+
+_compiled: dict[tuple[str, str], _Compiled] = {}
+_compiled_lock = threading.Lock()
+
+
+def _translation(gen: GeneratedSource, header: str, body: str) -> compiler.Translation:
+    text = rewrite_msl(gen.text).text
+    prelude_lines = _TU_PRELUDE.count("\n")
+    body_pos = len(gen.text) - len(body + "\n}\n") - _instantiation_length(gen)
+    body_first = gen.text[:body_pos].count("\n") + 1
+    regions = []
+    if header:
+        regions.append((prelude_lines + 1, prelude_lines + header.count("\n") + 1, "header",
+                        prelude_lines))
+    regions.append((prelude_lines + body_first, prelude_lines + body_first + body.count("\n"),
+                    "source", prelude_lines + body_first - 1))
+    function = gen.host_name + (_template_args(gen) or "")
+    launcher = launcher_source(function, _launch_params(gen.params))
+    return compiler.Translation(_TU_PRELUDE + text + launcher, tuple(regions))
+
+
+def _template_args(gen: GeneratedSource) -> str:
+    return template_text(gen.template)
+
+
+def _instantiation_length(gen: GeneratedSource) -> int:
+    args = _template_args(gen)
+    if not args:
+        return 0
+    full = gen.host_name + args
+    return len(
+        f'\ntemplate [[host_name("{gen.host_name}")]] [[kernel]] decltype({full}) {full};\n'
+    )
+
+
+def compile_body_kernel(gen: GeneratedSource, header: str, body: str, math_mode: str,
+                        label: str) -> runtime.KernelLibrary:
+    key = (gen.text, math_mode)
+    with _compiled_lock:
+        hit = _compiled.get(key)
+    if hit is not None:
+        return hit.library
+    path = compiler.compile_kernel(_translation(gen, header, body), math_mode, label)
+    library = runtime.load(path)
+    with _compiled_lock:
+        _compiled[key] = _Compiled(library)
+    return library
+
+
+def run_body_kernel(
+    gen: GeneratedSource,
+    *,
+    name: str,
+    header: str,
+    body: str,
+    math_mode: str,
+    inputs: Sequence[mx.array],
+    ensure_row_contiguous: bool,
+    output_shapes: Sequence[Sequence[int]],
+    output_dtypes: Sequence[mx.Dtype],
+    grid: tuple[int, int, int],
+    threadgroup: tuple[int, int, int],
+    init_value: float | None,
+    timeout: float | None,
+) -> list[mx.array]:
+    library = compile_body_kernel(gen, header, body, math_mode, name)
+    keep: list[np.ndarray] = []  # everything the buffer table points into
+    slots: dict[int, int] = {}
+    views = []
+    for arr in inputs:
+        view = _numpy_view(arr)
+        if ensure_row_contiguous or view.ndim == 0:
+            view = np.ascontiguousarray(view)
+        views.append(view)
+    outputs = [
+        _poison(dt, shape) if init_value is None else _filled(dt, shape, init_value)
+        for dt, shape in zip(output_dtypes, output_shapes)
+    ]
+    output_index = 0
+    for p in gen.params:
+        if p.kind == "attribute":
+            continue
+        if p.kind == "input":
+            buf = views[p.input_index]
+        elif p.kind == "shape":
+            buf = np.array(views[p.input_index].shape, dtype=np.int32)
+        elif p.kind == "strides":
+            v = views[p.input_index]
+            buf = np.array([s // v.itemsize for s in v.strides], dtype=np.int64)
+        elif p.kind == "ndim":
+            buf = np.array(views[p.input_index].ndim, dtype=np.int32)
+        else:
+            buf = outputs[output_index]
+            output_index += 1
+        keep.append(buf)
+        slots[p.buffer_index] = buf.ctypes.data if buf.size else 0
+    table = (ctypes.c_void_p * max(1, len(slots)))()
+    for index, address in slots.items():
+        table[index] = address
+    clamped = tuple(min(t, g) for t, g in zip(threadgroup, grid))
+    runtime.dispatch(library, name, table, grid, clamped, timeout=timeout)
+    del keep
+    return [_to_mx(out, dt) for out, dt in zip(outputs, output_dtypes)]
+
+
+def _to_mx(out: np.ndarray, dtype: mx.Dtype) -> mx.array:
+    if dtype == mx.bfloat16:
+        return mx.array(out).view(mx.bfloat16)
+    return mx.array(out)

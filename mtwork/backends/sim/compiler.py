@@ -1,0 +1,224 @@
+"""Compiles emulated kernels with clang (from the `ziglang` package) and caches the results.
+
+Three things are built and kept under the cache folder, each keyed by a hash of what
+went into it, so a change anywhere rebuilds exactly what depends on it:
+
+- the runtime library (fibers, scheduler, worker pool), once per runtime source;
+- a rewritten copy of MLX's Metal kernel headers, once per MLX version and rewrite;
+- one shared library per kernel source, compile options and shim version.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+
+from ...errors import CompileError, EmulatorUnavailable
+from .rewrite import rewrite_msl
+
+PACKAGE_DIR = Path(__file__).parent
+SHIM_DIR = PACKAGE_DIR / "include"
+RUNTIME_DIR = PACKAGE_DIR / "runtime"
+
+COMMON_FLAGS = (
+    "-std=c++20",
+    "-O2",
+    "-fPIC",
+    "-fdeclspec",
+    "-fno-exceptions",
+    "-fno-rtti",
+    "-Wno-unknown-attributes",
+    "-Wno-unknown-pragmas",
+    "-Wno-c++11-narrowing",
+    "-Wno-ignored-attributes",
+    "-Xclang",
+    "-ffloat16-excess-precision=none",
+    "-Xclang",
+    "-fbfloat16-excess-precision=none",
+)
+MATH_MODE_FLAGS = {
+    "safe": (),
+    "relaxed": ("-fno-signed-zeros", "-fno-trapping-math", "-freciprocal-math",
+                "-fassociative-math"),
+    "fast": ("-ffast-math",),
+}
+KERNEL_DEFINES = ("-D__METAL_VERSION__=320", "-DMLX_METAL_JIT", "-D__HAVE_MTWORK_EMULATOR__=1")
+
+_build_lock = threading.Lock()
+
+
+def cache_dir() -> Path:
+    """Where compiled kernels live: $MTWORK_CACHE_DIR, else the user's cache folder."""
+    root = os.environ.get("MTWORK_CACHE_DIR")
+    if root:
+        path = Path(root)
+    else:
+        base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+        path = Path(base) / "mtwork"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def _digest(*parts: bytes | str) -> str:
+    h = hashlib.sha256()
+    for p in parts:
+        h.update(p.encode() if isinstance(p, str) else p)
+        h.update(b"\0")
+    return h.hexdigest()[:24]
+
+
+def _tree_digest(folder: Path, pattern: str = "*") -> str:
+    h = hashlib.sha256()
+    for f in sorted(folder.rglob(pattern)):
+        if f.is_file():
+            h.update(f.relative_to(folder).as_posix().encode())
+            h.update(f.read_bytes())
+    return h.hexdigest()[:24]
+
+
+@cache
+def compiler_command() -> tuple[str, ...]:
+    """The clang++ command line prefix; raises EmulatorUnavailable without ziglang."""
+    try:
+        import ziglang  # noqa: F401
+    except ImportError as exc:
+        raise EmulatorUnavailable(
+            "the sim backend needs clang from the `ziglang` package: pip install ziglang"
+        ) from exc
+    return (sys.executable, "-m", "ziglang", "c++")
+
+
+@cache
+def shim_version() -> str:
+    return _digest(_tree_digest(SHIM_DIR), _tree_digest(RUNTIME_DIR), " ".join(COMMON_FLAGS))
+
+
+def _run(args: list[str], what: str) -> subprocess.CompletedProcess:
+    env = dict(os.environ)
+    # zig keeps its own build cache; keep it beside ours so a clean cache starts clean.
+    env.setdefault("ZIG_GLOBAL_CACHE_DIR", str(cache_dir() / "zig"))
+    env.setdefault("ZIG_LOCAL_CACHE_DIR", str(cache_dir() / "zig"))
+    try:
+        return subprocess.run(args, capture_output=True, text=True, env=env, check=False)
+    except OSError as exc:
+        raise EmulatorUnavailable(f"cannot run clang to build {what}: {exc}") from exc
+
+
+def _publish(tmp: Path, final: Path) -> None:
+    """Moves a finished build into place atomically (other processes may race us)."""
+    os.replace(tmp, final)
+
+
+@cache
+def runtime_library() -> Path:
+    """Builds (once) and returns the runtime shared library."""
+    sources = sorted(RUNTIME_DIR.glob("*.cpp"))
+    target = cache_dir() / f"libmtwrt-{shim_version()}.so"
+    with _build_lock:
+        if target.exists():
+            return target
+        tmp = target.with_suffix(f".{os.getpid()}.tmp")
+        args = [*compiler_command(), *COMMON_FLAGS, "-shared", "-pthread",
+                "-isystem", str(SHIM_DIR), *map(str, sources), "-o", str(tmp)]
+        result = _run(args, "the emulator runtime")
+        if result.returncode != 0:
+            raise EmulatorUnavailable(f"building the emulator runtime failed:\n{result.stderr}")
+        _publish(tmp, target)
+    return target
+
+
+def mlx_include_dir() -> Path | None:
+    try:
+        import mlx.core  # noqa: F401
+        import mlx
+    except ImportError:
+        return None
+    for root in getattr(mlx, "__path__", []):
+        inc = Path(root) / "include"
+        if (inc / "mlx" / "backend" / "metal" / "kernels" / "utils.h").exists():
+            return inc
+    return None
+
+
+@cache
+def prelude_dir() -> Path:
+    """A copy of MLX's Metal kernel headers with the emulator's rewrites applied."""
+    source = mlx_include_dir()
+    if source is None:
+        raise EmulatorUnavailable(
+            "the installed mlx package has no Metal kernel headers (mlx/include/...): "
+            "install mlx >= 0.32 (`pip install 'mlx[cpu]'` on Linux)"
+        )
+    kernels = source / "mlx" / "backend" / "metal" / "kernels"
+    rewrite_hash = _digest((PACKAGE_DIR / "rewrite.py").read_bytes())
+    target = cache_dir() / f"mlx-headers-{_tree_digest(kernels, '*.h')}-{rewrite_hash}"
+    with _build_lock:
+        if target.exists():
+            return target
+        tmp = Path(tempfile.mkdtemp(dir=cache_dir(), prefix="mlx-headers-"))
+        for header in kernels.rglob("*.h"):
+            out = tmp / header.relative_to(source)
+            out.parent.mkdir(parents=True, exist_ok=True)
+            out.write_text(rewrite_msl(header.read_text()).text)
+        try:
+            os.replace(tmp, target)
+        except OSError:
+            shutil.rmtree(tmp, ignore_errors=True)
+    return target
+
+
+@dataclass(frozen=True)
+class Translation:
+    """One kernel's C++ translation unit and how to map its lines back to the author's."""
+
+    text: str
+    regions: tuple[tuple[int, int, str, int], ...]  # (first, last, name, offset) in lines
+
+
+def compile_kernel(tu: Translation, math_mode: str, kernel_label: str) -> Path:
+    """Compiles a translation unit into a shared library (cached) and returns its path."""
+    flags = [*COMMON_FLAGS, *MATH_MODE_FLAGS[math_mode], *KERNEL_DEFINES]
+    key = _digest(tu.text, " ".join(flags), shim_version(), str(mlx_include_dir()))
+    target = cache_dir() / "kernels" / f"{key}.so"
+    if target.exists():
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=target.parent) as work:
+        cpp = Path(work) / "kernel.cpp"
+        cpp.write_text(tu.text)
+        tmp = Path(work) / "kernel.so"
+        args = [*compiler_command(), *flags, "-shared", "-isystem", str(SHIM_DIR),
+                "-I", str(prelude_dir()), str(cpp), "-o", str(tmp)]
+        result = _run(args, kernel_label)
+        if result.returncode != 0:
+            raise CompileError(kernel_label, _author_lines(result.stderr, tu, str(cpp)))
+        _publish(tmp, target)
+    return target
+
+
+_LOCATION = re.compile(r"(?P<file>[^\s:]+):(?P<line>\d+):(?P<col>\d+):")
+
+
+def _author_lines(stderr: str, tu: Translation, cpp_path: str) -> str:
+    """Rewrites `kernel.cpp:LINE:COL:` locations into the author's own files and lines."""
+
+    def relabel(m: re.Match) -> str:
+        if m.group("file") != cpp_path:
+            return m.group(0)
+        line = int(m.group("line"))
+        for first, last, name, offset in tu.regions:
+            if first <= line <= last:
+                return f"{name}:{line - offset}:{m.group('col')}:"
+        return f"<generated>:{line}:{m.group('col')}:"
+
+    text = _LOCATION.sub(relabel, stderr)
+    return text.replace(cpp_path, "<generated>")

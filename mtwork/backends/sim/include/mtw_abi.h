@@ -1,0 +1,61 @@
+// The contract between the emulator runtime (libmtwrt) and kernel libraries.
+//
+// A kernel library exports `mtw_entry(mtw_group*, void* const* buffers)`, which runs GPU
+// threads of one threadgroup in a loop, taking the next unstarted thread from the group
+// each time. A thread that blocks (barrier, SIMD-group function) leaves the loop suspended
+// on its fiber; the runtime starts another fiber that goes on with the next thread. This
+// keeps kernels without barriers at one fiber per threadgroup and no context switches.
+#ifndef MTW_ABI_H
+#define MTW_ABI_H
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define MTW_ABI_VERSION 1
+#define MTW_SIMD_WIDTH 32
+#define MTW_MAX_THREADS 1024
+#define MTW_MAX_SIMDGROUPS (MTW_MAX_THREADS / MTW_SIMD_WIDTH)
+
+typedef struct mtw_group {
+  // Thread bookkeeping, updated inline by the kernel's thread loop.
+  uint32_t next_thread;  // linear index of the next thread to start
+  uint32_t nthreads;     // threads in this (possibly partial) threadgroup
+  uint32_t current;      // linear index of the thread running now
+  uint32_t done;         // threads that have returned
+  uint16_t simd_done[MTW_MAX_SIMDGROUPS];  // returned threads per SIMD-group
+  // Geometry: everything a thread attribute is derived from.
+  uint32_t tg_size[3];        // actual size of this threadgroup (clipped at the grid edge)
+  uint32_t dispatch_tg[3];    // threadgroup size given at dispatch
+  uint32_t group_pos[3];      // threadgroup_position_in_grid
+  uint32_t groups[3];         // threadgroups_per_grid
+  uint32_t grid[3];           // threads_per_grid
+  uint32_t tg_cursor[MTW_MAX_THREADS];  // per-thread bump offset into threadgroup memory
+  char* tg_memory;            // this threadgroup's threadgroup memory
+  uint32_t tg_memory_size;    // bytes available in tg_memory
+  uint32_t tg_memory_used;    // high-water mark, for the budget check
+  uint32_t tg_static_bytes;   // bytes taken by [[threadgroup(n)]] arguments
+  uint32_t pad_;
+  void* runtime;              // the runtime's private state for this group
+} mtw_group;
+
+typedef void (*mtw_entry_fn)(mtw_group* group, void* const* buffers);
+
+// Combines the values of one SIMD-group collective. `ins[l]` and `outs[l]` point at
+// lane l's argument and result (null for lanes not taking part); `active` has one bit
+// per taking-part lane.
+typedef void (*mtw_combine_fn)(const void* const* ins, void* const* outs, uint32_t active);
+
+// Runtime entry points called from kernel code.
+void mtw_threadgroup_barrier(uint32_t flags);
+void mtw_simd_collective(const void* in, void* out, mtw_combine_fn combine);
+void* mtw_threadgroup_alloc(uint32_t size, uint32_t align);
+void mtw_kernel_fault(const char* message);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif  // MTW_ABI_H

@@ -1,0 +1,262 @@
+// Language-level pieces of MSL on a C++ compiler: address spaces, function qualifiers,
+// scalar type names, type traits and numeric limits.
+#pragma once
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "mtw_abi.h"
+
+// Address spaces. Declarations of threadgroup variables are rewritten before compilation
+// (see mtwork/backends/sim/rewrite.py) to live in the threadgroup's shared memory; the words
+// left over are qualifiers on pointers and references, which need no code on a CPU.
+#define device
+#define constant
+#define thread
+#define threadgroup
+#define threadgroup_imageblock
+#define ray_data
+#define object_data
+
+#define METAL_FUNC inline __attribute__((always_inline))
+#define METAL_INTERNAL
+#define METAL_ASM
+#define MTW_INLINE inline __attribute__((always_inline))
+
+// Math precision selectors taken by the __metal_* builtins (as in MLX's bf16_math.h).
+#define __METAL_PRECISE_MATH__ 0
+#define __METAL_FAST_MATH__ 1
+#ifdef __FAST_MATH__
+#define __METAL_MAYBE_FAST_MATH__ 1
+#else
+#define __METAL_MAYBE_FAST_MATH__ 0
+#endif
+
+typedef unsigned char uchar;
+typedef unsigned short ushort;
+typedef unsigned int uint;
+typedef unsigned long ulong;
+typedef _Float16 half;
+typedef __bf16 bfloat;
+
+namespace metal {
+
+// ---- type traits -------------------------------------------------------------------------
+template <typename T, T v>
+struct integral_constant {
+  static constexpr T value = v;
+  using value_type = T;
+  constexpr operator T() const { return v; }
+};
+template <bool b>
+using bool_constant = integral_constant<bool, b>;
+using true_type = bool_constant<true>;
+using false_type = bool_constant<false>;
+
+template <typename A, typename B>
+struct is_same : false_type {};
+template <typename A>
+struct is_same<A, A> : true_type {};
+template <typename A, typename B>
+constexpr bool is_same_v = is_same<A, B>::value;
+
+template <bool c, typename T = void>
+struct enable_if {};
+template <typename T>
+struct enable_if<true, T> {
+  using type = T;
+};
+template <bool c, typename T = void>
+using enable_if_t = typename enable_if<c, T>::type;
+
+template <bool c, typename A, typename B>
+struct conditional {
+  using type = A;
+};
+template <typename A, typename B>
+struct conditional<false, A, B> {
+  using type = B;
+};
+template <bool c, typename A, typename B>
+using conditional_t = typename conditional<c, A, B>::type;
+
+template <typename T> struct remove_const { using type = T; };
+template <typename T> struct remove_const<const T> { using type = T; };
+template <typename T> struct remove_volatile { using type = T; };
+template <typename T> struct remove_volatile<volatile T> { using type = T; };
+template <typename T> struct remove_cv {
+  using type = typename remove_volatile<typename remove_const<T>::type>::type;
+};
+template <typename T> using remove_cv_t = typename remove_cv<T>::type;
+template <typename T> struct remove_reference { using type = T; };
+template <typename T> struct remove_reference<T&> { using type = T; };
+template <typename T> struct remove_reference<T&&> { using type = T; };
+template <typename T> using remove_reference_t = typename remove_reference<T>::type;
+template <typename T> struct remove_pointer { using type = T; };
+template <typename T> struct remove_pointer<T*> { using type = T; };
+template <typename T> using remove_pointer_t = typename remove_pointer<T>::type;
+// Address spaces do not exist here, so removing one is the identity.
+template <typename T> struct remove_addrspace { using type = T; };
+template <typename T> using remove_addrspace_t = typename remove_addrspace<T>::type;
+template <typename T> using remove_cvref_t = remove_cv_t<remove_reference_t<T>>;
+template <typename T> struct decay { using type = remove_cv_t<remove_reference_t<T>>; };
+template <typename T> using decay_t = typename decay<T>::type;
+
+template <typename T> struct __is_integral_base : false_type {};
+#define MTW_INTEGRAL(T) template <> struct __is_integral_base<T> : true_type {};
+MTW_INTEGRAL(bool)
+MTW_INTEGRAL(char)
+MTW_INTEGRAL(signed char)
+MTW_INTEGRAL(unsigned char)
+MTW_INTEGRAL(short)
+MTW_INTEGRAL(unsigned short)
+MTW_INTEGRAL(int)
+MTW_INTEGRAL(unsigned int)
+MTW_INTEGRAL(long)
+MTW_INTEGRAL(unsigned long)
+MTW_INTEGRAL(long long)
+MTW_INTEGRAL(unsigned long long)
+#undef MTW_INTEGRAL
+template <typename T> struct is_integral : __is_integral_base<remove_cv_t<T>> {};
+template <typename T> constexpr bool is_integral_v = is_integral<T>::value;
+
+template <typename T> struct __is_float_base : false_type {};
+template <> struct __is_float_base<half> : true_type {};
+template <> struct __is_float_base<bfloat> : true_type {};
+template <> struct __is_float_base<float> : true_type {};
+template <> struct __is_float_base<double> : true_type {};
+template <typename T> struct is_floating_point : __is_float_base<remove_cv_t<T>> {};
+template <typename T> constexpr bool is_floating_point_v = is_floating_point<T>::value;
+
+template <typename T>
+struct is_arithmetic : bool_constant<is_integral_v<T> || is_floating_point_v<T>> {};
+template <typename T> constexpr bool is_arithmetic_v = is_arithmetic<T>::value;
+template <typename T>
+struct is_signed : bool_constant<is_arithmetic_v<T> && (T(-1) < T(0))> {};
+template <typename T> constexpr bool is_signed_v = is_signed<T>::value;
+template <typename T>
+struct is_unsigned : bool_constant<is_integral_v<T> && !(T(-1) < T(0))> {};
+template <typename T> constexpr bool is_unsigned_v = is_unsigned<T>::value;
+template <typename T> struct is_pointer : false_type {};
+template <typename T> struct is_pointer<T*> : true_type {};
+template <typename T> constexpr bool is_pointer_v = is_pointer<T>::value;
+template <typename T> struct is_const : false_type {};
+template <typename T> struct is_const<const T> : true_type {};
+template <typename T> constexpr bool is_const_v = is_const<T>::value;
+template <typename A, typename B>
+struct is_convertible : bool_constant<__is_convertible_to(A, B)> {};
+template <typename A, typename B> constexpr bool is_convertible_v = is_convertible<A, B>::value;
+
+template <typename T> struct make_unsigned;
+template <> struct make_unsigned<char> { using type = uchar; };
+template <> struct make_unsigned<signed char> { using type = uchar; };
+template <> struct make_unsigned<uchar> { using type = uchar; };
+template <> struct make_unsigned<short> { using type = ushort; };
+template <> struct make_unsigned<ushort> { using type = ushort; };
+template <> struct make_unsigned<int> { using type = uint; };
+template <> struct make_unsigned<uint> { using type = uint; };
+template <> struct make_unsigned<long> { using type = ulong; };
+template <> struct make_unsigned<ulong> { using type = ulong; };
+template <typename T> using make_unsigned_t = typename make_unsigned<T>::type;
+template <typename T> struct make_signed;
+template <> struct make_signed<char> { using type = signed char; };
+template <> struct make_signed<signed char> { using type = signed char; };
+template <> struct make_signed<uchar> { using type = signed char; };
+template <> struct make_signed<short> { using type = short; };
+template <> struct make_signed<ushort> { using type = short; };
+template <> struct make_signed<int> { using type = int; };
+template <> struct make_signed<uint> { using type = int; };
+template <> struct make_signed<long> { using type = long; };
+template <> struct make_signed<ulong> { using type = long; };
+template <typename T> using make_signed_t = typename make_signed<T>::type;
+
+template <typename T> T&& __declval();
+template <typename T> struct is_void : is_same<remove_cv_t<T>, void> {};
+template <typename T> constexpr bool is_void_v = is_void<T>::value;
+
+// ---- numeric limits ----------------------------------------------------------------------
+template <typename T>
+struct numeric_limits {
+  static constexpr bool is_specialized = false;
+};
+
+template <typename T, T lo, T hi, int bits>
+struct __integer_limits {
+  static constexpr bool is_specialized = true;
+  static constexpr bool is_signed = lo != 0;
+  static constexpr bool is_integer = true;
+  static constexpr bool is_exact = true;
+  static constexpr bool has_infinity = false;
+  static constexpr bool has_quiet_NaN = false;
+  static constexpr int digits = bits - (lo != 0 ? 1 : 0);
+  static constexpr T min() { return lo; }
+  static constexpr T max() { return hi; }
+  static constexpr T lowest() { return lo; }
+  static constexpr T epsilon() { return 0; }
+  static constexpr T infinity() { return 0; }
+  static constexpr T quiet_NaN() { return 0; }
+};
+template <> struct numeric_limits<bool> : __integer_limits<bool, false, true, 1> {};
+template <> struct numeric_limits<char> : __integer_limits<char, -128, 127, 8> {};
+template <> struct numeric_limits<signed char> : __integer_limits<signed char, -128, 127, 8> {};
+template <> struct numeric_limits<uchar> : __integer_limits<uchar, 0, 255, 8> {};
+template <> struct numeric_limits<short> : __integer_limits<short, -32768, 32767, 16> {};
+template <> struct numeric_limits<ushort> : __integer_limits<ushort, 0, 65535, 16> {};
+template <>
+struct numeric_limits<int> : __integer_limits<int, -2147483647 - 1, 2147483647, 32> {};
+template <> struct numeric_limits<uint> : __integer_limits<uint, 0, 4294967295u, 32> {};
+template <>
+struct numeric_limits<long>
+    : __integer_limits<long, -9223372036854775807L - 1, 9223372036854775807L, 64> {};
+template <>
+struct numeric_limits<ulong> : __integer_limits<ulong, 0, 18446744073709551615ul, 64> {};
+template <>
+struct numeric_limits<long long>
+    : __integer_limits<long long, -9223372036854775807LL - 1, 9223372036854775807LL, 64> {};
+template <>
+struct numeric_limits<unsigned long long>
+    : __integer_limits<unsigned long long, 0, 18446744073709551615ull, 64> {};
+
+template <typename T, typename Bits, Bits min_bits, Bits max_bits, Bits eps_bits, Bits inf_bits,
+          Bits nan_bits, Bits snan_bits, Bits denorm_bits, int mantissa, int exp_min, int exp_max>
+struct __float_limits {
+  static constexpr bool is_specialized = true;
+  static constexpr bool is_signed = true;
+  static constexpr bool is_integer = false;
+  static constexpr bool is_exact = false;
+  static constexpr bool has_infinity = true;
+  static constexpr bool has_quiet_NaN = true;
+  static constexpr bool has_signaling_NaN = true;
+  static constexpr int digits = mantissa;
+  static constexpr int min_exponent = exp_min;
+  static constexpr int max_exponent = exp_max;
+  static constexpr T min() { return __builtin_bit_cast(T, min_bits); }
+  static constexpr T max() { return __builtin_bit_cast(T, max_bits); }
+  static constexpr T lowest() { return -max(); }
+  static constexpr T epsilon() { return __builtin_bit_cast(T, eps_bits); }
+  static constexpr T infinity() { return __builtin_bit_cast(T, inf_bits); }
+  static constexpr T quiet_NaN() { return __builtin_bit_cast(T, nan_bits); }
+  static constexpr T signaling_NaN() { return __builtin_bit_cast(T, snan_bits); }
+  static constexpr T denorm_min() { return __builtin_bit_cast(T, denorm_bits); }
+  static constexpr T round_error() { return T(0.5f); }
+};
+template <>
+struct numeric_limits<float>
+    : __float_limits<float, uint32_t, 0x00800000u, 0x7f7fffffu, 0x34000000u, 0x7f800000u,
+                     0x7fc00000u, 0x7fa00000u, 0x00000001u, 24, -125, 128> {};
+template <>
+struct numeric_limits<half>
+    : __float_limits<half, uint16_t, 0x0400, 0x7bff, 0x1400, 0x7c00, 0x7e00, 0x7d00, 0x0001, 11,
+                     -13, 16> {};
+template <>
+struct numeric_limits<bfloat>
+    : __float_limits<bfloat, uint16_t, 0x0080, 0x7f7f, 0x3c00, 0x7f80, 0x7fc0, 0x7fa0, 0x0001, 8,
+                     -125, 128> {};
+template <>
+struct numeric_limits<double>
+    : __float_limits<double, uint64_t, 0x0010000000000000ull, 0x7fefffffffffffffull,
+                     0x3cb0000000000000ull, 0x7ff0000000000000ull, 0x7ff8000000000000ull,
+                     0x7ff4000000000000ull, 1ull, 53, -1021, 1024> {};
+template <typename T> struct numeric_limits<const T> : numeric_limits<T> {};
+
+}  // namespace metal

@@ -1,0 +1,55 @@
+// Threadgroup memory and barriers.
+#pragma once
+
+#include "mtw_base.h"
+
+namespace metal {
+
+enum class mem_flags : uint32_t {
+  mem_none = 0,
+  mem_device = 1,
+  mem_threadgroup = 2,
+  mem_texture = 4,
+  mem_threadgroup_imageblock = 8,
+  mem_object_data = 16,
+};
+MTW_INLINE constexpr mem_flags operator|(mem_flags a, mem_flags b) {
+  return mem_flags(uint32_t(a) | uint32_t(b));
+}
+MTW_INLINE constexpr mem_flags operator&(mem_flags a, mem_flags b) {
+  return mem_flags(uint32_t(a) & uint32_t(b));
+}
+
+enum class memory_order { memory_order_relaxed, memory_order_acquire, memory_order_release,
+                          memory_order_acq_rel, memory_order_seq_cst };
+constexpr memory_order memory_order_relaxed = memory_order::memory_order_relaxed;
+constexpr memory_order memory_order_acquire = memory_order::memory_order_acquire;
+constexpr memory_order memory_order_release = memory_order::memory_order_release;
+constexpr memory_order memory_order_acq_rel = memory_order::memory_order_acq_rel;
+constexpr memory_order memory_order_seq_cst = memory_order::memory_order_seq_cst;
+
+enum class thread_scope { thread_scope_thread, thread_scope_simdgroup,
+                          thread_scope_threadgroup, thread_scope_device };
+constexpr thread_scope thread_scope_thread = thread_scope::thread_scope_thread;
+constexpr thread_scope thread_scope_simdgroup = thread_scope::thread_scope_simdgroup;
+constexpr thread_scope thread_scope_threadgroup = thread_scope::thread_scope_threadgroup;
+constexpr thread_scope thread_scope_device = thread_scope::thread_scope_device;
+
+// Every thread of the threadgroup must arrive before any goes on. Always inlined so each
+// barrier in the source is a distinct call site, which is how divergence is detected.
+MTW_INLINE void threadgroup_barrier(mem_flags flags) {
+  mtw_threadgroup_barrier(uint32_t(flags));
+}
+
+// Memory fences need no code: a threadgroup's threads share one OS thread.
+MTW_INLINE void atomic_thread_fence(mem_flags, memory_order, thread_scope = thread_scope_device) {
+}
+
+}  // namespace metal
+
+// A threadgroup variable declared in a kernel: each thread walks the same declarations in
+// the same order, so a per-thread bump cursor gives every thread the same address.
+template <typename T>
+MTW_INLINE T& __mtw_threadgroup_var() {
+  return *static_cast<T*>(mtw_threadgroup_alloc(sizeof(T), alignof(T) < 16 ? 16 : alignof(T)));
+}

@@ -1,0 +1,465 @@
+// metal:: math, common, integer, relational and geometric functions.
+//
+// Each float function is first defined as a `__metal_name(x, mode)` builtin, the layer
+// MLX's bf16_math.h builds its bfloat overloads on; `metal::`, `metal::fast::` and
+// `metal::precise::` call it with their precision mode. float math uses the host's libm,
+// which is within Metal's precise ulp bounds (MSL spec, section 8); half math computes in
+// float and rounds once, as Apple's half ALU does. bfloat has no overloads here, like
+// Apple's stdlib: MLX's prelude adds them.
+#pragma once
+
+#include "mtw_vec.h"
+
+#define MTW_PI_F 3.14159265358979323846f
+
+#define MTW_ELEMENTWISE1(name)                                              \
+  template <typename T, int N>                                              \
+  MTW_INLINE metal::vec<T, N> __metal_##name(metal::vec<T, N> x, int m = 0) { \
+    metal::vec<T, N> r;                                                     \
+    for (int i = 0; i < N; ++i) r[i] = __metal_##name(x[i], m);             \
+    return r;                                                               \
+  }
+#define MTW_ELEMENTWISE2(name)                                                           \
+  template <typename T, int N>                                                           \
+  MTW_INLINE metal::vec<T, N> __metal_##name(metal::vec<T, N> x, metal::vec<T, N> y,      \
+                                             int m = 0) {                                \
+    metal::vec<T, N> r;                                                                  \
+    for (int i = 0; i < N; ++i) r[i] = __metal_##name(x[i], y[i], m);                    \
+    return r;                                                                            \
+  }
+#define MTW_ELEMENTWISE3(name)                                                           \
+  template <typename T, int N>                                                           \
+  MTW_INLINE metal::vec<T, N> __metal_##name(metal::vec<T, N> x, metal::vec<T, N> y,      \
+                                             metal::vec<T, N> z, int m = 0) {            \
+    metal::vec<T, N> r;                                                                  \
+    for (int i = 0; i < N; ++i) r[i] = __metal_##name(x[i], y[i], z[i], m);              \
+    return r;                                                                            \
+  }
+
+#define MTW_BUILTIN1(name, expr)                                                      \
+  MTW_INLINE float __metal_##name(float x, int = 0) { return expr; }                  \
+  MTW_INLINE half __metal_##name(half x, int m = 0) {                                 \
+    return (half)__metal_##name((float)x, m);                                         \
+  }                                                                                   \
+  MTW_ELEMENTWISE1(name)
+#define MTW_BUILTIN2(name, expr)                                                      \
+  MTW_INLINE float __metal_##name(float x, float y, int = 0) { return expr; }         \
+  MTW_INLINE half __metal_##name(half x, half y, int m = 0) {                         \
+    return (half)__metal_##name((float)x, (float)y, m);                               \
+  }                                                                                   \
+  MTW_ELEMENTWISE2(name)
+#define MTW_BUILTIN3(name, expr)                                                      \
+  MTW_INLINE float __metal_##name(float x, float y, float z, int = 0) { return expr; } \
+  MTW_INLINE half __metal_##name(half x, half y, half z, int m = 0) {                 \
+    return (half)__metal_##name((float)x, (float)y, (float)z, m);                     \
+  }                                                                                   \
+  MTW_ELEMENTWISE3(name)
+
+MTW_BUILTIN1(acos, __builtin_acosf(x))
+MTW_BUILTIN1(acosh, __builtin_acoshf(x))
+MTW_BUILTIN1(asin, __builtin_asinf(x))
+MTW_BUILTIN1(asinh, __builtin_asinhf(x))
+MTW_BUILTIN1(atan, __builtin_atanf(x))
+MTW_BUILTIN1(atanh, __builtin_atanhf(x))
+MTW_BUILTIN1(cbrt, __builtin_cbrtf(x))
+MTW_BUILTIN1(ceil, __builtin_ceilf(x))
+MTW_BUILTIN1(cos, __builtin_cosf(x))
+MTW_BUILTIN1(cosh, __builtin_coshf(x))
+MTW_BUILTIN1(cospi, float(__builtin_cos(3.14159265358979323846 * double(x))))
+MTW_BUILTIN1(exp, __builtin_expf(x))
+MTW_BUILTIN1(exp2, __builtin_exp2f(x))
+MTW_BUILTIN1(exp10, float(__builtin_pow(10.0, double(x))))
+MTW_BUILTIN1(fabs, __builtin_fabsf(x))
+MTW_BUILTIN1(floor, __builtin_floorf(x))
+MTW_BUILTIN1(fract, __builtin_fminf(x - __builtin_floorf(x), 0x1.fffffep-1f))
+MTW_BUILTIN1(log, __builtin_logf(x))
+MTW_BUILTIN1(log10, __builtin_log10f(x))
+MTW_BUILTIN1(log2, __builtin_log2f(x))
+MTW_BUILTIN1(rint, __builtin_rintf(x))
+MTW_BUILTIN1(round, __builtin_roundf(x))
+MTW_BUILTIN1(rsqrt, float(1.0 / __builtin_sqrt(double(x))))
+MTW_BUILTIN1(sin, __builtin_sinf(x))
+MTW_BUILTIN1(sinh, __builtin_sinhf(x))
+MTW_BUILTIN1(sinpi, float(__builtin_sin(3.14159265358979323846 * double(x))))
+MTW_BUILTIN1(sqrt, __builtin_sqrtf(x))
+MTW_BUILTIN1(tan, __builtin_tanf(x))
+MTW_BUILTIN1(tanh, __builtin_tanhf(x))
+MTW_BUILTIN1(tanpi, float(__builtin_tan(3.14159265358979323846 * double(x))))
+MTW_BUILTIN1(trunc, __builtin_truncf(x))
+MTW_BUILTIN1(saturate, __builtin_fminf(__builtin_fmaxf(x, 0.0f), 1.0f))
+MTW_BUILTIN1(sign, x > 0.0f ? 1.0f : (x < 0.0f ? -1.0f : (x == x ? x : 0.0f)))
+MTW_BUILTIN2(atan2, __builtin_atan2f(x, y))
+MTW_BUILTIN2(copysign, __builtin_copysignf(x, y))
+MTW_BUILTIN2(divide, x / y)
+MTW_BUILTIN2(fdim, __builtin_fdimf(x, y))
+MTW_BUILTIN2(fmax, __builtin_fmaxf(x, y))
+MTW_BUILTIN2(fmin, __builtin_fminf(x, y))
+MTW_BUILTIN2(fmod, __builtin_fmodf(x, y))
+MTW_BUILTIN2(pow, __builtin_powf(x, y))
+MTW_BUILTIN2(powr, __builtin_powf(x, y))
+MTW_BUILTIN2(step, y < x ? 0.0f : 1.0f)
+MTW_BUILTIN3(fma, __builtin_fmaf(x, y, z))
+MTW_BUILTIN3(fmax3, __builtin_fmaxf(__builtin_fmaxf(x, y), z))
+MTW_BUILTIN3(fmin3, __builtin_fminf(__builtin_fminf(x, y), z))
+MTW_BUILTIN3(fmedian3,
+             __builtin_fmaxf(__builtin_fminf(x, y), __builtin_fminf(__builtin_fmaxf(x, y), z)))
+MTW_BUILTIN3(clamp, __builtin_fminf(__builtin_fmaxf(x, y), z))
+MTW_BUILTIN3(mix, x + (y - x) * z)
+MTW_BUILTIN3(smoothstep, ([&] {
+               float t = __builtin_fminf(__builtin_fmaxf((z - x) / (y - x), 0.0f), 1.0f);
+               return t * t * (3.0f - 2.0f * t);
+             })())
+
+MTW_INLINE float __metal_nextafter(float x, float y) { return __builtin_nextafterf(x, y); }
+MTW_INLINE half __metal_nextafter(half x, half y) {
+  if (x != x || y != y) return x + y;
+  if (x == y) return y;
+  uint16_t bits = __builtin_bit_cast(uint16_t, x);
+  if ((bits & 0x7fff) == 0) return __builtin_bit_cast(half, uint16_t(y > x ? 1 : 0x8001));
+  bool away = (y > x) == !(bits & 0x8000);
+  return __builtin_bit_cast(half, uint16_t(away ? bits + 1 : bits - 1));
+}
+MTW_INLINE float __metal_frexp(float x, int* e) { return __builtin_frexpf(x, e); }
+MTW_INLINE half __metal_frexp(half x, int* e) { return (half)__builtin_frexpf((float)x, e); }
+MTW_INLINE float __metal_ldexp(float x, int k, int = 0) { return __builtin_ldexpf(x, k); }
+MTW_INLINE half __metal_ldexp(half x, int k, int = 0) { return (half)__builtin_ldexpf(x, k); }
+// MLX's bf16_math.h calls these with bfloat computed in float.
+MTW_INLINE float __metal_max(float x, float y, int = 0) { return __builtin_fmaxf(x, y); }
+MTW_INLINE float __metal_min(float x, float y, int = 0) { return __builtin_fminf(x, y); }
+
+namespace metal {
+
+// Scalar/vector front ends in one precision mode. Integer and double arguments pick the
+// float overload, which is what Metal's implicit conversions do.
+#define MTW_FRONT1(name, mode)                                                         \
+  MTW_INLINE float name(float x) { return __metal_##name(x, mode); }                   \
+  MTW_INLINE half name(half x) { return __metal_##name(x, mode); }                     \
+  template <typename T, int N>                                                         \
+  MTW_INLINE vec<T, N> name(vec<T, N> x) {                                             \
+    return __metal_##name(x, mode);                                                    \
+  }                                                                                    \
+  template <typename S, typename = enable_if_t<is_integral_v<S> || is_same_v<S, double>>> \
+  MTW_INLINE float name(S x) {                                                         \
+    return __metal_##name(float(x), mode);                                             \
+  }
+#define MTW_FRONT2(name, mode)                                                          \
+  MTW_INLINE float name(float x, float y) { return __metal_##name(x, y, mode); }        \
+  MTW_INLINE half name(half x, half y) { return __metal_##name(x, y, mode); }           \
+  template <typename T, int N>                                                          \
+  MTW_INLINE vec<T, N> name(vec<T, N> x, vec<T, N> y) {                                 \
+    return __metal_##name(x, y, mode);                                                  \
+  }                                                                                     \
+  template <typename T, int N>                                                          \
+  MTW_INLINE vec<T, N> name(vec<T, N> x, T y) {                                         \
+    return __metal_##name(x, vec<T, N>(y), mode);                                       \
+  }
+#define MTW_FRONT3(name, mode)                                                          \
+  MTW_INLINE float name(float x, float y, float z) { return __metal_##name(x, y, z, mode); } \
+  MTW_INLINE half name(half x, half y, half z) { return __metal_##name(x, y, z, mode); } \
+  template <typename T, int N>                                                          \
+  MTW_INLINE vec<T, N> name(vec<T, N> x, vec<T, N> y, vec<T, N> z) {                    \
+    return __metal_##name(x, y, z, mode);                                               \
+  }                                                                                     \
+  template <typename T, int N>                                                          \
+  MTW_INLINE vec<T, N> name(vec<T, N> x, T y, T z) {                                    \
+    return __metal_##name(x, vec<T, N>(y), vec<T, N>(z), mode);                         \
+  }
+
+#define MTW_MATH_FUNCTIONS(mode)                                                            \
+  MTW_FRONT1(acos, mode) MTW_FRONT1(acosh, mode) MTW_FRONT1(asin, mode)                    \
+  MTW_FRONT1(asinh, mode) MTW_FRONT1(atan, mode) MTW_FRONT1(atanh, mode)                   \
+  MTW_FRONT1(cbrt, mode) MTW_FRONT1(ceil, mode) MTW_FRONT1(cos, mode)                      \
+  MTW_FRONT1(cosh, mode) MTW_FRONT1(cospi, mode) MTW_FRONT1(exp, mode)                     \
+  MTW_FRONT1(exp2, mode) MTW_FRONT1(exp10, mode) MTW_FRONT1(fabs, mode)                    \
+  MTW_FRONT1(floor, mode) MTW_FRONT1(fract, mode) MTW_FRONT1(log, mode)                    \
+  MTW_FRONT1(log10, mode) MTW_FRONT1(log2, mode) MTW_FRONT1(rint, mode)                    \
+  MTW_FRONT1(round, mode) MTW_FRONT1(rsqrt, mode) MTW_FRONT1(sin, mode)                    \
+  MTW_FRONT1(sinh, mode) MTW_FRONT1(sinpi, mode) MTW_FRONT1(sqrt, mode)                    \
+  MTW_FRONT1(tan, mode) MTW_FRONT1(tanh, mode) MTW_FRONT1(tanpi, mode)                     \
+  MTW_FRONT1(trunc, mode) MTW_FRONT1(saturate, mode) MTW_FRONT1(sign, mode)               \
+  MTW_FRONT2(atan2, mode) MTW_FRONT2(copysign, mode) MTW_FRONT2(divide, mode)              \
+  MTW_FRONT2(fdim, mode) MTW_FRONT2(fmax, mode) MTW_FRONT2(fmin, mode)                     \
+  MTW_FRONT2(fmod, mode) MTW_FRONT2(pow, mode) MTW_FRONT2(powr, mode)                      \
+  MTW_FRONT2(step, mode) MTW_FRONT3(fma, mode) MTW_FRONT3(fmax3, mode)                     \
+  MTW_FRONT3(fmin3, mode) MTW_FRONT3(fmedian3, mode) MTW_FRONT3(mix, mode)                 \
+  MTW_FRONT3(smoothstep, mode)                                                              \
+  MTW_INLINE float ldexp(float x, int k) { return __metal_ldexp(x, k, mode); }             \
+  MTW_INLINE half ldexp(half x, int k) { return __metal_ldexp(x, k, mode); }               \
+  MTW_INLINE float frexp(float x, thread int& e) { return __metal_frexp(x, &e); }          \
+  MTW_INLINE half frexp(half x, thread int& e) { return __metal_frexp(x, &e); }            \
+  MTW_INLINE float modf(float x, thread float& i) {                                        \
+    i = __builtin_truncf(x);                                                               \
+    return __builtin_copysignf(__builtin_isinf(x) ? 0.0f : x - i, x);                      \
+  }                                                                                        \
+  MTW_INLINE float nextafter(float x, float y) { return __metal_nextafter(x, y); }         \
+  MTW_INLINE half nextafter(half x, half y) { return __metal_nextafter(x, y); }
+
+MTW_MATH_FUNCTIONS(__METAL_MAYBE_FAST_MATH__)
+namespace fast {
+MTW_MATH_FUNCTIONS(__METAL_FAST_MATH__)
+}
+namespace precise {
+MTW_MATH_FUNCTIONS(__METAL_PRECISE_MATH__)
+}
+
+// ---- common and integer functions shared by floats and integers ------------------------
+template <typename T, typename = enable_if_t<is_arithmetic_v<T>>>
+MTW_INLINE T __scalar_max(T a, T b) {
+  if constexpr (is_floating_point_v<T>) return T(__builtin_fmaxf(float(a), float(b)));
+  else return a < b ? b : a;
+}
+template <typename T, typename = enable_if_t<is_arithmetic_v<T>>>
+MTW_INLINE T __scalar_min(T a, T b) {
+  if constexpr (is_floating_point_v<T>) return T(__builtin_fminf(float(a), float(b)));
+  else return b < a ? b : a;
+}
+template <typename T, typename = enable_if_t<is_arithmetic_v<T>>>
+MTW_INLINE T __scalar_abs(T a) {
+  if constexpr (is_floating_point_v<T>) return T(__builtin_fabsf(float(a)));
+  else if constexpr (is_signed_v<T>) return a < 0 ? T(-a) : a;
+  else return a;
+}
+
+#define MTW_SCALAR_INT_AND_FLOAT(T)                                                    \
+  MTW_INLINE T max(T a, T b) { return __scalar_max<T>(a, b); }                         \
+  MTW_INLINE T min(T a, T b) { return __scalar_min<T>(a, b); }                         \
+  MTW_INLINE T max3(T a, T b, T c) { return max(max(a, b), c); }                       \
+  MTW_INLINE T min3(T a, T b, T c) { return min(min(a, b), c); }                       \
+  MTW_INLINE T median3(T a, T b, T c) { return max(min(a, b), min(max(a, b), c)); }    \
+  MTW_INLINE T clamp(T x, T lo, T hi) { return min(max(x, lo), hi); }                  \
+  MTW_INLINE T abs(T a) { return __scalar_abs<T>(a); }
+MTW_SCALAR_INT_AND_FLOAT(float)
+MTW_SCALAR_INT_AND_FLOAT(half)
+MTW_SCALAR_INT_AND_FLOAT(char)
+MTW_SCALAR_INT_AND_FLOAT(uchar)
+MTW_SCALAR_INT_AND_FLOAT(short)
+MTW_SCALAR_INT_AND_FLOAT(ushort)
+MTW_SCALAR_INT_AND_FLOAT(int)
+MTW_SCALAR_INT_AND_FLOAT(uint)
+MTW_SCALAR_INT_AND_FLOAT(long)
+MTW_SCALAR_INT_AND_FLOAT(ulong)
+#undef MTW_SCALAR_INT_AND_FLOAT
+// Mixed literal arguments (max(x, 0) with float x) resolve as Metal does: to float.
+template <typename A, typename B,
+          typename = enable_if_t<is_arithmetic_v<A> && is_arithmetic_v<B> && !is_same_v<A, B>>>
+MTW_INLINE auto max(A a, B b) -> decltype(a + b) {
+  using R = decltype(a + b);
+  return max(R(a), R(b));
+}
+template <typename A, typename B,
+          typename = enable_if_t<is_arithmetic_v<A> && is_arithmetic_v<B> && !is_same_v<A, B>>>
+MTW_INLINE auto min(A a, B b) -> decltype(a + b) {
+  using R = decltype(a + b);
+  return min(R(a), R(b));
+}
+
+#define MTW_VEC_ELEMENTWISE2(name)                                   \
+  template <typename T, int N>                                       \
+  MTW_INLINE vec<T, N> name(vec<T, N> a, vec<T, N> b) {              \
+    vec<T, N> r;                                                     \
+    for (int i = 0; i < N; ++i) r[i] = name(a[i], b[i]);             \
+    return r;                                                        \
+  }                                                                  \
+  template <typename T, int N>                                       \
+  MTW_INLINE vec<T, N> name(vec<T, N> a, T b) {                      \
+    return name(a, vec<T, N>(b));                                    \
+  }
+MTW_VEC_ELEMENTWISE2(max)
+MTW_VEC_ELEMENTWISE2(min)
+template <typename T, int N>
+MTW_INLINE vec<T, N> abs(vec<T, N> a) {
+  vec<T, N> r;
+  for (int i = 0; i < N; ++i) r[i] = abs(a[i]);
+  return r;
+}
+template <typename T, int N>
+MTW_INLINE vec<T, N> clamp(vec<T, N> x, vec<T, N> lo, vec<T, N> hi) {
+  return min(max(x, lo), hi);
+}
+template <typename T, int N>
+MTW_INLINE vec<T, N> clamp(vec<T, N> x, T lo, T hi) {
+  return min(max(x, vec<T, N>(lo)), vec<T, N>(hi));
+}
+
+// ---- integer functions ------------------------------------------------------------------
+template <typename T, typename = enable_if_t<is_integral_v<T>>>
+MTW_INLINE T popcount(T x) {
+  return T(__builtin_popcountll((unsigned long long)(make_unsigned_t<T>)x));
+}
+template <typename T, typename = enable_if_t<is_integral_v<T>>>
+MTW_INLINE T clz(T x) {
+  auto u = (make_unsigned_t<T>)x;
+  return u == 0 ? T(__bits<T>) : T(__builtin_clzll((unsigned long long)u) - (64 - __bits<T>));
+}
+template <typename T, typename = enable_if_t<is_integral_v<T>>>
+MTW_INLINE T ctz(T x) {
+  auto u = (make_unsigned_t<T>)x;
+  return u == 0 ? T(__bits<T>) : T(__builtin_ctzll((unsigned long long)u));
+}
+template <typename T, typename = enable_if_t<is_integral_v<T>>>
+MTW_INLINE T mulhi(T a, T b) {
+  if constexpr (sizeof(T) == 8) {
+    using W = conditional_t<is_signed_v<T>, __int128, unsigned __int128>;
+    return T((W(a) * W(b)) >> 64);
+  } else {
+    return T((long(a) * long(b)) >> __bits<T>);
+  }
+}
+template <typename T, typename = enable_if_t<is_integral_v<T>>>
+MTW_INLINE T absdiff(T a, T b) {
+  return a > b ? T(a - b) : T(b - a);
+}
+template <typename T, typename = enable_if_t<is_integral_v<T>>>
+MTW_INLINE T addsat(T a, T b) {
+  T r;
+  if (!__builtin_add_overflow(a, b, &r)) return r;
+  return b > 0 ? numeric_limits<T>::max() : numeric_limits<T>::min();
+}
+template <typename T, typename = enable_if_t<is_integral_v<T>>>
+MTW_INLINE T subsat(T a, T b) {
+  T r;
+  if (!__builtin_sub_overflow(a, b, &r)) return r;
+  return b < 0 ? numeric_limits<T>::max() : numeric_limits<T>::min();
+}
+template <typename T, typename = enable_if_t<is_integral_v<T>>>
+MTW_INLINE T hadd(T a, T b) {
+  return T((a >> 1) + (b >> 1) + (a & b & 1));
+}
+template <typename T, typename = enable_if_t<is_integral_v<T>>>
+MTW_INLINE T rhadd(T a, T b) {
+  return T((a >> 1) + (b >> 1) + ((a | b) & 1));
+}
+template <typename T, typename = enable_if_t<is_integral_v<T>>>
+MTW_INLINE T mad24(T a, T b, T c) { return T(a * b + c); }
+template <typename T, typename = enable_if_t<is_integral_v<T>>>
+MTW_INLINE T mul24(T a, T b) { return T(a * b); }
+template <typename T, typename = enable_if_t<is_integral_v<T>>>
+MTW_INLINE T rotate(T v, T i) {
+  using U = make_unsigned_t<T>;
+  unsigned s = unsigned(i) & (__bits<T> - 1);
+  return s == 0 ? v : T((U(v) << s) | (U(v) >> (__bits<T> - s)));
+}
+template <typename T, typename = enable_if_t<is_integral_v<T>>>
+MTW_INLINE T reverse_bits(T x) {
+  using U = make_unsigned_t<T>;
+  U u = U(x), r = 0;
+  for (int i = 0; i < __bits<T>; ++i) r = U((r << 1) | ((u >> i) & 1));
+  return T(r);
+}
+template <typename T, typename = enable_if_t<is_integral_v<T>>>
+MTW_INLINE T extract_bits(T x, uint offset, uint bits) {
+  using U = make_unsigned_t<T>;
+  if (bits == 0) return 0;
+  U field = U(U(x) >> offset) & U(bits >= __bits<T> ? U(~U(0)) : U((U(1) << bits) - 1));
+  if constexpr (is_signed_v<T>) {
+    if (bits < __bits<T> && (field >> (bits - 1)) & 1) field |= U(~U(0)) << bits;
+  }
+  return T(field);
+}
+template <typename T, typename = enable_if_t<is_integral_v<T>>>
+MTW_INLINE T insert_bits(T base, T insert, uint offset, uint bits) {
+  using U = make_unsigned_t<T>;
+  U mask = bits >= __bits<T> ? U(~U(0)) : U(((U(1) << bits) - 1) << offset);
+  return T((U(base) & ~mask) | ((U(insert) << offset) & mask));
+}
+
+// ---- relational -------------------------------------------------------------------------
+MTW_INLINE bool isnan(float x) { return __builtin_isnan(x); }
+MTW_INLINE bool isnan(half x) { return __builtin_isnan(float(x)); }
+MTW_INLINE bool isnan(bfloat x) { return __builtin_isnan(float(x)); }
+MTW_INLINE bool isinf(float x) { return __builtin_isinf(x); }
+MTW_INLINE bool isinf(half x) { return __builtin_isinf(float(x)); }
+MTW_INLINE bool isinf(bfloat x) { return __builtin_isinf(float(x)); }
+MTW_INLINE bool isfinite(float x) { return __builtin_isfinite(x); }
+MTW_INLINE bool isfinite(half x) { return __builtin_isfinite(float(x)); }
+MTW_INLINE bool isfinite(bfloat x) { return __builtin_isfinite(float(x)); }
+MTW_INLINE bool isnormal(float x) { return __builtin_isnormal(x); }
+MTW_INLINE bool isnormal(half x) { return __builtin_isnormal(x); }
+MTW_INLINE bool signbit(float x) { return __builtin_signbit(x); }
+MTW_INLINE bool signbit(half x) { return __builtin_signbit(float(x)); }
+MTW_INLINE bool signbit(bfloat x) { return __builtin_signbit(float(x)); }
+#define MTW_VEC_PREDICATE(name)                                      \
+  template <typename T, int N>                                       \
+  MTW_INLINE vec<bool, N> name(vec<T, N> x) {                        \
+    vec<bool, N> r;                                                  \
+    for (int i = 0; i < N; ++i) r[i] = name(x[i]);                   \
+    return r;                                                        \
+  }
+MTW_VEC_PREDICATE(isnan)
+MTW_VEC_PREDICATE(isinf)
+MTW_VEC_PREDICATE(isfinite)
+MTW_VEC_PREDICATE(isnormal)
+MTW_VEC_PREDICATE(signbit)
+
+MTW_INLINE bool all(bool x) { return x; }
+MTW_INLINE bool any(bool x) { return x; }
+template <int N>
+MTW_INLINE bool all(vec<bool, N> x) {
+  for (int i = 0; i < N; ++i)
+    if (!x[i]) return false;
+  return true;
+}
+template <int N>
+MTW_INLINE bool any(vec<bool, N> x) {
+  for (int i = 0; i < N; ++i)
+    if (x[i]) return true;
+  return false;
+}
+// select(a, b, c): c ? b : a, per component.
+template <typename T, typename = enable_if_t<!__is_vec_v<T>>>
+MTW_INLINE T select(T a, T b, bool c) {
+  return c ? b : a;
+}
+template <typename T, int N>
+MTW_INLINE vec<T, N> select(vec<T, N> a, vec<T, N> b, vec<bool, N> c) {
+  vec<T, N> r;
+  for (int i = 0; i < N; ++i) r[i] = c[i] ? b[i] : a[i];
+  return r;
+}
+template <typename T, int N>
+MTW_INLINE vec<T, N> select(vec<T, N> a, vec<T, N> b, bool c) {
+  return c ? b : a;
+}
+
+// ---- geometric --------------------------------------------------------------------------
+template <typename T, int N>
+MTW_INLINE T dot(vec<T, N> a, vec<T, N> b) {
+  T s = a[0] * b[0];
+  for (int i = 1; i < N; ++i) s += a[i] * b[i];
+  return s;
+}
+template <typename T, int N>
+MTW_INLINE T length_squared(vec<T, N> a) { return dot(a, a); }
+template <typename T, int N>
+MTW_INLINE T length(vec<T, N> a) { return sqrt(dot(a, a)); }
+template <typename T, int N>
+MTW_INLINE T distance(vec<T, N> a, vec<T, N> b) { return length(a - b); }
+template <typename T, int N>
+MTW_INLINE vec<T, N> normalize(vec<T, N> a) { return a * rsqrt(dot(a, a)); }
+template <typename T>
+MTW_INLINE vec<T, 3> cross(vec<T, 3> a, vec<T, 3> b) {
+  return vec<T, 3>(a.y * b.z - a.z * b.y, a.z * b.x - a.x * b.z, a.x * b.y - a.y * b.x);
+}
+
+}  // namespace metal
+
+namespace metal {
+namespace fast {
+using metal::abs;
+using metal::clamp;
+using metal::max;
+using metal::max3;
+using metal::median3;
+using metal::min;
+using metal::min3;
+}  // namespace fast
+namespace precise {
+using metal::abs;
+using metal::clamp;
+using metal::max;
+using metal::max3;
+using metal::median3;
+using metal::min;
+using metal::min3;
+}  // namespace precise
+}  // namespace metal

@@ -1,0 +1,317 @@
+// Metal's vector types on clang ext vectors.
+//
+// `vec<T, N>` wraps a clang ext-vector (which gives the arithmetic and swizzle code) in a
+// class, because MSL spells construction `float4(a, b.xy, c)` and converts with
+// `float4(int4)` elementwise: neither works on a bare ext-vector in C++. Components are
+// real members (`v.x` is a T lvalue); multi-component swizzles are properties generated
+// into metal_swizzles.inc. Sizes and alignments match Metal's (float3 is 16 bytes).
+#pragma once
+
+#include "metal_swizzles.inc"
+#include "mtw_base.h"
+
+namespace metal {
+
+template <typename T>
+struct __vec_storage_elem {
+  using type = T;
+};
+// Metal's bool vectors have one byte per component; clang's ext-vector bool is a bit mask.
+template <>
+struct __vec_storage_elem<bool> {
+  using type = unsigned char;
+};
+
+template <typename T, int N>
+struct vec;
+template <typename T, int N>
+struct packed_vec;
+
+template <typename T>
+struct __vec_traits {
+  static constexpr bool is_vec = false;
+  static constexpr int size = 1;
+  using element = T;
+};
+template <typename T, int N>
+struct __vec_traits<vec<T, N>> {
+  static constexpr bool is_vec = true;
+  static constexpr int size = N;
+  using element = T;
+};
+template <typename T, int N>
+struct __vec_traits<packed_vec<T, N>> {
+  static constexpr bool is_vec = true;
+  static constexpr int size = N;
+  using element = T;
+};
+template <typename T>
+constexpr bool __is_vec_v = __vec_traits<remove_cvref_t<T>>::is_vec;
+template <typename T>
+using __elem_t = typename __vec_traits<remove_cvref_t<T>>::element;
+
+template <typename... A>
+constexpr int __component_count() {
+  return (0 + ... + __vec_traits<remove_cvref_t<A>>::size);
+}
+
+template <typename To, typename FromVec>
+MTW_INLINE To __convert_storage(FromVec from);
+
+template <int N, typename Mask>
+MTW_INLINE vec<bool, N> __mask_to_bool(Mask m);
+
+template <typename T>
+constexpr int __bits = sizeof(T) * 8;
+
+#define MTW_VEC_BINARY(op)                                                               \
+  friend MTW_INLINE vec operator op(vec a, vec b) { return from_storage(a.v op b.v); }   \
+  friend MTW_INLINE vec operator op(vec a, T b) { return from_storage(a.v op b); }       \
+  friend MTW_INLINE vec operator op(T a, vec b) { return from_storage(a op b.v); }       \
+  MTW_INLINE vec& operator op##=(vec b) {                                                 \
+    v = v op b.v;                                                                        \
+    return *this;                                                                        \
+  }                                                                                      \
+  MTW_INLINE vec& operator op##=(T b) {                                                   \
+    v = v op b;                                                                          \
+    return *this;                                                                        \
+  }
+
+// MSL masks shift counts to the width of the element type.
+#define MTW_VEC_SHIFT(op)                                                                 \
+  friend MTW_INLINE vec operator op(vec a, vec b) {                                       \
+    return from_storage(a.v op(b.v & storage(__bits<T> - 1)));                            \
+  }                                                                                       \
+  friend MTW_INLINE vec operator op(vec a, T b) { return a op vec(b); }                   \
+  friend MTW_INLINE vec operator op(T a, vec b) { return vec(a) op b; }                   \
+  MTW_INLINE vec& operator op##=(vec b) { return *this = *this op b; }                    \
+  MTW_INLINE vec& operator op##=(T b) { return *this = *this op vec(b); }
+
+#define MTW_VEC_COMPARE(op, N)                                                              \
+  friend MTW_INLINE vec<bool, N> operator op(vec a, vec b) {                               \
+    return __mask_to_bool<N>(a.v op b.v);                                                  \
+  }                                                                                        \
+  friend MTW_INLINE vec<bool, N> operator op(vec a, T b) { return a op vec(b); }           \
+  friend MTW_INLINE vec<bool, N> operator op(T a, vec b) { return vec(a) op b; }
+
+#define MTW_VEC_COMMON(N)                                                                  \
+  using value_type = T;                                                                    \
+  typedef typename __vec_storage_elem<T>::type storage_element;                            \
+  typedef storage_element storage __attribute__((ext_vector_type(N)));                     \
+  vec() = default;                                                                         \
+  constexpr MTW_INLINE vec(T s) : v((storage)(storage_element)s) {}                        \
+  template <typename A0, typename A1, typename... As,                                      \
+            typename = enable_if_t<__component_count<A0, A1, As...>() == N>>              \
+  MTW_INLINE vec(A0 a0, A1 a1, As... as) {                                                 \
+    storage tmp;                                                                           \
+    int i = 0;                                                                             \
+    __fill(tmp, i, a0);                                                                    \
+    __fill(tmp, i, a1);                                                                    \
+    (__fill(tmp, i, as), ...);                                                             \
+    v = tmp;                                                                               \
+  }                                                                                        \
+  template <typename U>                                                                    \
+  explicit MTW_INLINE vec(vec<U, N> other) : v(__convert_storage<storage>(other.v)) {}     \
+  MTW_INLINE vec(packed_vec<T, N> p);                                                      \
+  static MTW_INLINE vec from_storage(storage s) {                                          \
+    vec r;                                                                                 \
+    r.v = s;                                                                               \
+    return r;                                                                              \
+  }                                                                                        \
+  template <typename A>                                                                    \
+  static MTW_INLINE void __fill(storage& s, int& i, A a) {                                 \
+    if constexpr (__is_vec_v<A>) {                                                         \
+      for (int k = 0; k < __vec_traits<remove_cvref_t<A>>::size; ++k)                      \
+        s[i++] = (storage_element)(T)a[k];                                                 \
+    } else {                                                                               \
+      s[i++] = (storage_element)(T)a;                                                      \
+    }                                                                                      \
+  }                                                                                        \
+  MTW_INLINE T& operator[](int i) { return reinterpret_cast<T*>(this)[i]; }                \
+  MTW_INLINE const T& operator[](int i) const {                                            \
+    return reinterpret_cast<const T*>(this)[i];                                            \
+  }                                                                                        \
+  MTW_VEC_BINARY(+)                                                                        \
+  MTW_VEC_BINARY(-)                                                                        \
+  MTW_VEC_BINARY(*)                                                                        \
+  MTW_VEC_BINARY(/)                                                                        \
+  MTW_VEC_BINARY(%)                                                                        \
+  MTW_VEC_BINARY(&)                                                                        \
+  MTW_VEC_BINARY(|)                                                                        \
+  MTW_VEC_BINARY(^)                                                                        \
+  MTW_VEC_SHIFT(<<)                                                                        \
+  MTW_VEC_SHIFT(>>)                                                                        \
+  MTW_VEC_COMPARE(==, N)                                                                      \
+  MTW_VEC_COMPARE(!=, N)                                                                      \
+  MTW_VEC_COMPARE(<, N)                                                                       \
+  MTW_VEC_COMPARE(<=, N)                                                                      \
+  MTW_VEC_COMPARE(>, N)                                                                       \
+  MTW_VEC_COMPARE(>=, N)                                                                      \
+  friend MTW_INLINE vec operator-(vec a) { return from_storage(-a.v); }                    \
+  friend MTW_INLINE vec operator+(vec a) { return a; }                                     \
+  friend MTW_INLINE vec operator~(vec a) { return from_storage(~a.v); }                    \
+  friend MTW_INLINE vec<bool, N> operator!(vec a) { return __mask_to_bool<N>(a.v == 0); }  \
+  friend MTW_INLINE vec<bool, N> operator&&(vec a, vec b) {                                \
+    return __mask_to_bool<N>((a.v != 0) & (b.v != 0));                                     \
+  }                                                                                        \
+  friend MTW_INLINE vec<bool, N> operator||(vec a, vec b) {                                \
+    return __mask_to_bool<N>((a.v != 0) | (b.v != 0));                                     \
+  }                                                                                        \
+  MTW_INLINE vec& operator++() { return *this += T(1); }                                   \
+  MTW_INLINE vec& operator--() { return *this -= T(1); }                                   \
+  MTW_INLINE vec operator++(int) {                                                         \
+    vec old = *this;                                                                       \
+    *this += T(1);                                                                         \
+    return old;                                                                            \
+  }                                                                                        \
+  MTW_INLINE vec operator--(int) {                                                         \
+    vec old = *this;                                                                       \
+    *this -= T(1);                                                                         \
+    return old;                                                                            \
+  }
+
+template <typename T>
+struct vec<T, 2> {
+  union {
+    typename __vec_storage_elem<T>::type v __attribute__((ext_vector_type(2)));
+    struct { T x, y; };
+    struct { T r, g; };
+  };
+  MTW_VEC_COMMON(2)
+  MTW_SWIZZLES_2
+};
+
+template <typename T>
+struct vec<T, 3> {
+  union {
+    typename __vec_storage_elem<T>::type v __attribute__((ext_vector_type(3)));
+    struct { T x, y, z; };
+    struct { T r, g, b; };
+  };
+  MTW_VEC_COMMON(3)
+  MTW_SWIZZLES_3
+};
+
+template <typename T>
+struct vec<T, 4> {
+  union {
+    typename __vec_storage_elem<T>::type v __attribute__((ext_vector_type(4)));
+    struct { T x, y, z, w; };
+    struct { T r, g, b, a; };
+  };
+  MTW_VEC_COMMON(4)
+  MTW_SWIZZLES_4
+};
+
+template <typename To, typename FromVec>
+MTW_INLINE To __convert_storage(FromVec from) {
+  using to_elem = decltype(To{}[0]);
+  if constexpr (is_same_v<remove_cvref_t<to_elem>, unsigned char> &&
+                !is_same_v<remove_cvref_t<decltype(from[0])>, unsigned char>) {
+    // Converting to bool: nonzero becomes 1 (only bool vectors use uchar storage here;
+    // uchar-to-uchar conversions take the plain path below).
+    return __builtin_convertvector(from != 0, To) & (To)1;
+  } else {
+    return __builtin_convertvector(from, To);
+  }
+}
+
+template <int N, typename Mask>
+MTW_INLINE vec<bool, N> __mask_to_bool(Mask m) {
+  typedef unsigned char bytes __attribute__((ext_vector_type(N)));
+  return vec<bool, N>::from_storage(__builtin_convertvector(m, bytes) & (bytes)1);
+}
+
+// Packed vectors: no padding, element alignment (packed_float3 is 12 bytes).
+#define MTW_PACKED_COMMON(N)                                                              \
+  packed_vec() = default;                                                                 \
+  MTW_INLINE packed_vec(vec<T, N> o) {                                                    \
+    for (int i = 0; i < N; ++i) elements[i] = o[i];                                       \
+  }                                                                                       \
+  template <typename A0, typename A1, typename... As,                                     \
+            typename = enable_if_t<__component_count<A0, A1, As...>() == N>>             \
+  MTW_INLINE packed_vec(A0 a0, A1 a1, As... as) : packed_vec(vec<T, N>(a0, a1, as...)) {} \
+  MTW_INLINE operator vec<T, N>() const {                                                 \
+    vec<T, N> r;                                                                          \
+    for (int i = 0; i < N; ++i) r[i] = elements[i];                                       \
+    return r;                                                                             \
+  }                                                                                       \
+  MTW_INLINE T& operator[](int i) { return elements[i]; }                                 \
+  MTW_INLINE const T& operator[](int i) const { return elements[i]; }
+
+template <typename T>
+struct packed_vec<T, 2> {
+  union {
+    T elements[2];
+    struct { T x, y; };
+    struct { T r, g; };
+  };
+  MTW_PACKED_COMMON(2)
+};
+template <typename T>
+struct packed_vec<T, 3> {
+  union {
+    T elements[3];
+    struct { T x, y, z; };
+    struct { T r, g, b; };
+  };
+  MTW_PACKED_COMMON(3)
+};
+template <typename T>
+struct packed_vec<T, 4> {
+  union {
+    T elements[4];
+    struct { T x, y, z, w; };
+    struct { T r, g, b, a; };
+  };
+  MTW_PACKED_COMMON(4)
+};
+
+#define MTW_VEC_FROM_PACKED(N)                                        \
+  template <typename T>                                               \
+  MTW_INLINE vec<T, N>::vec(packed_vec<T, N> p) {                     \
+    for (int i = 0; i < N; ++i) (*this)[i] = p.elements[i];           \
+  }
+MTW_VEC_FROM_PACKED(2)
+MTW_VEC_FROM_PACKED(3)
+MTW_VEC_FROM_PACKED(4)
+
+template <typename To, typename From>
+MTW_INLINE To as_type(From x) {
+  static_assert(sizeof(To) == sizeof(From), "as_type: the two types must have the same size");
+  return __builtin_bit_cast(To, x);
+}
+
+}  // namespace metal
+
+#define MTW_VECTOR_NAMES(T, name)                                    \
+  typedef metal::vec<T, 2> name##2;                                  \
+  typedef metal::vec<T, 3> name##3;                                  \
+  typedef metal::vec<T, 4> name##4;                                  \
+  typedef metal::packed_vec<T, 2> packed_##name##2;                  \
+  typedef metal::packed_vec<T, 3> packed_##name##3;                  \
+  typedef metal::packed_vec<T, 4> packed_##name##4;                  \
+  namespace metal {                                                  \
+  using ::name##2;                                                   \
+  using ::name##3;                                                   \
+  using ::name##4;                                                   \
+  using ::packed_##name##2;                                          \
+  using ::packed_##name##3;                                          \
+  using ::packed_##name##4;                                          \
+  }
+
+MTW_VECTOR_NAMES(bool, bool)
+MTW_VECTOR_NAMES(char, char)
+MTW_VECTOR_NAMES(uchar, uchar)
+MTW_VECTOR_NAMES(short, short)
+MTW_VECTOR_NAMES(ushort, ushort)
+MTW_VECTOR_NAMES(int, int)
+MTW_VECTOR_NAMES(uint, uint)
+MTW_VECTOR_NAMES(long, long)
+MTW_VECTOR_NAMES(ulong, ulong)
+MTW_VECTOR_NAMES(half, half)
+MTW_VECTOR_NAMES(float, float)
+MTW_VECTOR_NAMES(bfloat, bfloat)
+#undef MTW_VECTOR_NAMES
+
+using metal::as_type;

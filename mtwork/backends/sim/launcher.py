@@ -1,0 +1,87 @@
+"""Generates the C++ launcher appended to each emulated kernel.
+
+The launcher exports `mtw_entry(group, buffers)`: a loop that starts the group's threads
+one after another, computes each thread's attributes and calls the kernel with its
+buffers (see include/mtw_abi.h for why the loop takes threads from the group).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+ATTRIBUTE_NAMES = frozenset(
+    {
+        "dispatch_quadgroups_per_threadgroup",
+        "dispatch_simdgroups_per_threadgroup",
+        "dispatch_threads_per_threadgroup",
+        "grid_origin",
+        "grid_size",
+        "quadgroup_index_in_threadgroup",
+        "quadgroups_per_threadgroup",
+        "simdgroup_index_in_threadgroup",
+        "simdgroups_per_threadgroup",
+        "thread_execution_width",
+        "thread_index_in_quadgroup",
+        "thread_index_in_simdgroup",
+        "thread_index_in_threadgroup",
+        "thread_position_in_grid",
+        "thread_position_in_threadgroup",
+        "threadgroup_position_in_grid",
+        "threadgroups_per_grid",
+        "threads_per_grid",
+        "threads_per_simdgroup",
+        "threads_per_threadgroup",
+    }
+)
+
+
+@dataclass(frozen=True)
+class LaunchParam:
+    """How the launcher fills one kernel parameter.
+
+    `buffer`: a pointer (or, when `type_text` ends in `&`, a reference) to the memory in
+    slot `slot` of the buffer table; `threadgroup`: a pointer into threadgroup memory at
+    the offset held in slot `slot`; `attribute`: a thread attribute.
+    """
+
+    kind: Literal["buffer", "threadgroup", "attribute"]
+    type_text: str
+    slot: int = -1
+    attribute: str = ""
+
+
+def _argument(p: LaunchParam) -> str:
+    if p.kind == "attribute":
+        if p.attribute not in ATTRIBUTE_NAMES:
+            raise ValueError(f"unknown thread attribute [[{p.attribute}]]")
+        return f"mtw_attr::as<{p.type_text}>(mtw_attr::{p.attribute}(g, i))"
+    if p.kind == "threadgroup":
+        return f"({p.type_text})(g->tg_memory + (uintptr_t)b[{p.slot}])"
+    if p.type_text.rstrip().endswith("&"):
+        pointer = p.type_text.rstrip()[:-1] + "*"
+        return f"*({pointer})b[{p.slot}]"
+    return f"({p.type_text})b[{p.slot}]"
+
+
+def launcher_source(function: str, params: Sequence[LaunchParam]) -> str:
+    """C++ for `mtw_entry`, calling `function` (with template arguments, if any)."""
+    args = ",\n        ".join(_argument(p) for p in params)
+    return f"""
+#include "mtw_launch.h"
+extern "C" __attribute__((visibility("default")))
+void mtw_entry(mtw_group* g, void* const* b) {{
+  for (;;) {{
+    const uint32_t i = g->next_thread;
+    if (i >= g->nthreads) return;
+    g->next_thread = i + 1;
+    g->current = i;
+    g->tg_cursor[i] = g->tg_static_bytes;
+    {function}(
+        {args});
+    g->done += 1;
+    g->simd_done[i / MTW_SIMD_WIDTH] += 1;
+  }}
+}}
+"""

@@ -1,0 +1,313 @@
+"""Source rewrites that turn MSL into C++ the emulator's compiler accepts.
+
+Each rewrite keeps every line where it was (replacements carry the newlines of the text
+they replace), so compiler messages point at the author's own line numbers.
+
+- ``threadgroup T name[N];`` in a function body becomes a reference into the
+  threadgroup's shared memory (``auto& name = __mtw_threadgroup_var<T[N]>();``).
+- Member functions overloaded only on an address space (``f() threadgroup`` beside
+  ``f() thread``) collapse to one: without address spaces they would be redefinitions.
+- Unsuffixed floating literals are ``float`` (Metal has no ``double``); ``1.0h`` is a
+  ``half``.
+- Attributes on explicit instantiations (``template [[host_name("k")]] [[kernel]] ...``)
+  are dropped; the host names they give are returned.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+_ADDRESS_SPACES = ("device", "constant", "threadgroup")
+
+
+@dataclass
+class Rewritten:
+    text: str
+    host_names: dict[str, str] = field(default_factory=dict)
+
+
+def code_mask(text: str) -> str:
+    """`text` with comments, string and character literals blanked (newlines kept)."""
+    out = list(text)
+    i, n = 0, len(text)
+
+    def blank(a: int, b: int) -> None:
+        for k in range(a, b):
+            if out[k] != "\n":
+                out[k] = " "
+
+    while i < n:
+        c = text[i]
+        if text.startswith("//", i):
+            j = text.find("\n", i)
+            j = n if j < 0 else j
+            blank(i, j)
+            i = j
+        elif text.startswith("/*", i):
+            j = text.find("*/", i + 2)
+            j = n if j < 0 else j + 2
+            blank(i, j)
+            i = j
+        elif c in "\"'":
+            j = i + 1
+            while j < n and text[j] != c and text[j] != "\n":
+                j += 2 if text[j] == "\\" else 1
+            blank(i + 1, min(j, n))
+            i = j + 1
+        else:
+            i += 1
+    return "".join(out)
+
+
+def _same_lines(original: str, replacement: str) -> str:
+    """`replacement` followed by the line breaks of `original`, macro continuations kept."""
+    breaks = "".join("\\\n" if original[i - 1 : i] == "\\" else "\n"
+                     for i, c in enumerate(original) if c == "\n")
+    return replacement + breaks
+
+
+def _matching(mask: str, start: int, open_c: str, close_c: str) -> int:
+    """Index just past the bracket that closes the one at `start`."""
+    depth = 0
+    for i in range(start, len(mask)):
+        if mask[i] == open_c:
+            depth += 1
+        elif mask[i] == close_c:
+            depth -= 1
+            if depth == 0:
+                return i + 1
+    return len(mask)
+
+
+def _matching_back(mask: str, end: int, open_c: str, close_c: str) -> int:
+    """Index of the bracket that opens the one at `end` (which is `close_c`)."""
+    depth = 0
+    for i in range(end, -1, -1):
+        if mask[i] == close_c:
+            depth += 1
+        elif mask[i] == open_c:
+            depth -= 1
+            if depth == 0:
+                return i
+    return 0
+
+
+def _declaration_start(mask: str, pos: int) -> int:
+    """Start of the declaration containing `pos` (after the previous `;`, `{`, `}`)."""
+    i = pos - 1
+    while i >= 0:
+        c = mask[i]
+        if c == ")":
+            i = _matching_back(mask, i, "(", ")") - 1
+            continue
+        if c == ">":
+            # Template headers: skip balanced angle brackets.
+            depth = 0
+            while i >= 0:
+                if mask[i] == ">":
+                    depth += 1
+                elif mask[i] == "<":
+                    depth -= 1
+                    if depth == 0:
+                        break
+                elif mask[i] in ";{}":
+                    return i + 1
+                i -= 1
+            i -= 1
+            continue
+        if c in ";{}":
+            return i + 1
+        if c == ":" and re.search(r"\b(public|private|protected)\s*$", mask[: i]):
+            return i + 1
+        i -= 1
+    return 0
+
+
+def _definition_end(mask: str, pos: int) -> int:
+    """End of a member function declared or defined from `pos` (after its qualifiers)."""
+    i = pos
+    while i < len(mask):
+        c = mask[i]
+        if c == ";":
+            return i + 1
+        if c == "{":
+            end = _matching(mask, i, "{", "}")
+            tail = re.match(r"\s*;", mask[end:])
+            return end + (tail.end() if tail else 0)
+        if c == "(":
+            i = _matching(mask, i, "(", ")")
+            continue
+        i += 1
+    return len(mask)
+
+
+_DEFINITION = re.compile(r"\)\s*(?:const\s+)?(?:(?:thread|device|constant|threadgroup)\s*)?(?=\{|:(?!:))")
+_ADDRESS_SPACE_WORD = re.compile(r"\b(?:thread|device|constant|threadgroup)\b")
+_NOT_FUNCTIONS = frozenset({"if", "for", "while", "switch", "catch", "return", "sizeof",
+                            "decltype", "alignof", "static_assert", "noexcept"})
+
+
+def _enclosing_scope(mask: str, pos: int) -> int:
+    """Position of the innermost `{` still open at `pos` (-1 at file scope)."""
+    depth = 0
+    for i in range(pos - 1, -1, -1):
+        if mask[i] == "}":
+            depth += 1
+        elif mask[i] == "{":
+            if depth == 0:
+                return i
+            depth -= 1
+    return -1
+
+
+def _collapse_address_space_overloads(text: str) -> str:
+    """Keeps one of each group of functions that differ only in address spaces."""
+    mask = code_mask(text)
+    groups: dict[tuple[int, str], list[tuple[int, int, int]]] = {}
+    last_end = 0
+    for m in _DEFINITION.finditer(mask):
+        if m.start() < last_end:
+            continue  # inside the previous definition (its initializers or body)
+        open_paren = _matching_back(mask, m.start(), "(", ")")
+        word = re.search(r"(\w+)\s*$", mask[:open_paren])
+        if word and word.group(1) in _NOT_FUNCTIONS:
+            continue
+        start = _declaration_start(mask, open_paren)
+        signature = mask[start : m.end()]
+        spaces = [w for w in _ADDRESS_SPACE_WORD.findall(signature) if w != "thread"]
+        key = re.sub(r"\s+", " ", _ADDRESS_SPACE_WORD.sub(" ", signature)).strip()
+        scope = _enclosing_scope(mask, start)
+        last_end = _definition_end(mask, m.end())
+        groups.setdefault((scope, key), []).append((len(spaces), start, last_end))
+    removals = []
+    for defs in groups.values():
+        if len(defs) < 2 or all(n == 0 for n, _, _ in defs):
+            continue
+        keep = min(defs, key=lambda d: d[0])
+        removals += [(a, b) for d in defs if d is not keep for _, a, b in [d]]
+    for a, b in sorted(removals, reverse=True):
+        text = text[:a] + _same_lines(text[a:b], "") + text[b:]
+    return text
+
+
+_THREADGROUP_DECL = re.compile(r"(?<![\w.])threadgroup\s+(?!\s*[*&])")
+
+
+def _split_top_level(s: str, sep: str = ",") -> list[str]:
+    parts, depth, start = [], 0, 0
+    for i, c in enumerate(s):
+        if c in "([<{":
+            depth += 1
+        elif c in ")]>}":
+            depth -= 1
+        elif c == sep and depth == 0:
+            parts.append(s[start:i])
+            start = i + 1
+    parts.append(s[start:])
+    return parts
+
+
+_DECLARATOR = re.compile(r"^\s*(?P<name>[A-Za-z_]\w*)\s*(?P<dims>(\[[^\]]*\]\s*)*)$")
+
+
+def _rewrite_threadgroup_variables(text: str) -> str:
+    mask = code_mask(text)
+    edits: list[tuple[int, int, str]] = []
+    for m in _THREADGROUP_DECL.finditer(mask):
+        before = mask[: m.start()].rstrip()
+        after_directive = before.rsplit("\n", 1)[-1].lstrip().startswith("#")
+        if before and before[-1] not in ";{}" and not after_directive:
+            continue  # a parameter, cast or pointer type, not a variable declaration
+        end = mask.find(";", m.end())
+        if end < 0:
+            continue
+        decl = mask[m.end() : end]
+        if "(" in decl or "=" in decl:
+            continue
+        parts = _split_top_level(decl)
+        first = parts[0].rstrip()
+        bracket = first.find("[")
+        head = first if bracket < 0 else first[:bracket]
+        name_match = re.search(r"([A-Za-z_]\w*)\s*$", head)
+        if not name_match:
+            continue
+        type_text = head[: name_match.start()].strip()
+        if not type_text or type_text.endswith(("*", "&")):
+            continue
+        declarators = [first[name_match.start() :]] + parts[1:]
+        pieces = []
+        for d in declarators:
+            dm = _DECLARATOR.match(d)
+            if not dm:
+                break
+            dims = re.sub(r"\s+", "", dm.group("dims"))
+            pieces.append(
+                f"auto& {dm.group('name')} = __mtw_threadgroup_var<{type_text}{dims}>();"
+            )
+        else:
+            original = text[m.start() : end + 1]
+            edits.append((m.start(), end + 1, _same_lines(original, " ".join(pieces))))
+    for a, b, new in reversed(edits):
+        text = text[:a] + new + text[b:]
+    return text
+
+
+_FLOAT_LITERAL = re.compile(
+    r"(?<![\w.])(?P<num>(?:\d+\.\d*|\.\d+)(?:[eE][+-]?\d+)?|\d+[eE][+-]?\d+)"
+    r"(?P<suffix>[fFhHlL]|bf)?(?![\w.])"
+)
+
+
+def _rewrite_literals(text: str) -> str:
+    mask = code_mask(text)
+    lines_mask = mask.split("\n")
+    edits: list[tuple[int, int, str]] = []
+    offset = 0
+    for line in lines_mask:
+        if not line.lstrip().startswith("#"):
+            for m in _FLOAT_LITERAL.finditer(line):
+                suffix = m.group("suffix")
+                a, b = offset + m.start(), offset + m.end()
+                if suffix is None:
+                    edits.append((a, b, m.group("num") + "f"))
+                elif suffix in "hH":
+                    edits.append((a, b, f"half({m.group('num')}f)"))
+                elif suffix == "bf":
+                    edits.append((a, b, f"bfloat({m.group('num')}f)"))
+        offset += len(line) + 1
+    for a, b, new in reversed(edits):
+        text = text[:a] + new + text[b:]
+    return text
+
+
+_INSTANTIATION_ATTRS = re.compile(r"\btemplate\s*((?:\[\[(?:[^\[\]]|\[[^\[\]]*\])*\]\]\s*)+)")
+_HOST_NAME = re.compile(r"host_name\(\s*\"([^\"]+)\"\s*\)")
+_INSTANTIATED = re.compile(r"\)\s*([A-Za-z_][\w:]*\s*<[^;]*>)\s*;")
+
+
+def _strip_instantiation_attributes(text: str) -> tuple[str, dict[str, str]]:
+    host_names: dict[str, str] = {}
+    mask = code_mask(text)
+    edits: list[tuple[int, int, str]] = []
+    for m in _INSTANTIATION_ATTRS.finditer(mask):
+        attrs = text[m.start(1) : m.end(1)]
+        hn = _HOST_NAME.search(attrs)
+        end = mask.find(";", m.end())
+        if hn and end >= 0:
+            inst = _INSTANTIATED.search(mask[m.end() : end + 1])
+            if inst:
+                host_names[hn.group(1)] = re.sub(r"\s+", " ", inst.group(1))
+        edits.append((m.start(1), m.end(1), _same_lines(attrs, "")))
+    for a, b, new in reversed(edits):
+        text = text[:a] + new + text[b:]
+    return text, host_names
+
+
+def rewrite_msl(text: str) -> Rewritten:
+    """Applies every rewrite; see the module docstring."""
+    text = _collapse_address_space_overloads(text)
+    text = _rewrite_threadgroup_variables(text)
+    text = _rewrite_literals(text)
+    text, host_names = _strip_instantiation_attributes(text)
+    return Rewritten(text, host_names)

@@ -1,0 +1,122 @@
+#include "fiber.h"
+
+#include <string.h>
+#include <sys/mman.h>
+
+namespace mtw {
+
+#if defined(__APPLE__)
+#define MTW_SYM(name) "_" #name
+#else
+#define MTW_SYM(name) #name
+#endif
+
+// mtw_switch(save_sp, new_sp): push the callee-saved registers, store the stack pointer
+// in *save_sp, load new_sp and pop the other context's registers.
+#if defined(__x86_64__)
+__asm__(
+    ".text\n"
+    ".globl " MTW_SYM(mtw_switch) "\n"
+    MTW_SYM(mtw_switch) ":\n"
+    "  pushq %rbp\n"
+    "  pushq %rbx\n"
+    "  pushq %r12\n"
+    "  pushq %r13\n"
+    "  pushq %r14\n"
+    "  pushq %r15\n"
+    "  subq $8, %rsp\n"
+    "  stmxcsr (%rsp)\n"
+    "  fnstcw 4(%rsp)\n"
+    "  movq %rsp, (%rdi)\n"
+    "  movq %rsi, %rsp\n"
+    "  ldmxcsr (%rsp)\n"
+    "  fldcw 4(%rsp)\n"
+    "  addq $8, %rsp\n"
+    "  popq %r15\n"
+    "  popq %r14\n"
+    "  popq %r13\n"
+    "  popq %r12\n"
+    "  popq %rbx\n"
+    "  popq %rbp\n"
+    "  ret\n");
+#elif defined(__aarch64__)
+__asm__(
+    ".text\n"
+    ".globl " MTW_SYM(mtw_switch) "\n"
+    ".p2align 2\n"
+    MTW_SYM(mtw_switch) ":\n"
+    "  sub sp, sp, #176\n"
+    "  stp x19, x20, [sp, #0]\n"
+    "  stp x21, x22, [sp, #16]\n"
+    "  stp x23, x24, [sp, #32]\n"
+    "  stp x25, x26, [sp, #48]\n"
+    "  stp x27, x28, [sp, #64]\n"
+    "  stp x29, x30, [sp, #80]\n"
+    "  stp d8, d9, [sp, #96]\n"
+    "  stp d10, d11, [sp, #112]\n"
+    "  stp d12, d13, [sp, #128]\n"
+    "  stp d14, d15, [sp, #144]\n"
+    "  mov x2, sp\n"
+    "  str x2, [x0]\n"
+    "  mov sp, x1\n"
+    "  ldp x19, x20, [sp, #0]\n"
+    "  ldp x21, x22, [sp, #16]\n"
+    "  ldp x23, x24, [sp, #32]\n"
+    "  ldp x25, x26, [sp, #48]\n"
+    "  ldp x27, x28, [sp, #64]\n"
+    "  ldp x29, x30, [sp, #80]\n"
+    "  ldp d8, d9, [sp, #96]\n"
+    "  ldp d10, d11, [sp, #112]\n"
+    "  ldp d12, d13, [sp, #128]\n"
+    "  ldp d14, d15, [sp, #144]\n"
+    "  add sp, sp, #176\n"
+    "  ret\n");
+#else
+#error "the mtwork emulator supports x86-64 and arm64 hosts"
+#endif
+
+Fiber* fiber_create(Worker* worker) {
+  // Map twice the size and keep the aligned middle, so the header is found by masking sp.
+  size_t span = 2 * kFiberRegion;
+  void* raw = mmap(nullptr, span, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (raw == MAP_FAILED) return nullptr;
+  uintptr_t start = reinterpret_cast<uintptr_t>(raw);
+  uintptr_t aligned = (start + kFiberRegion - 1) & ~(uintptr_t)(kFiberRegion - 1);
+  if (aligned > start) munmap(raw, aligned - start);
+  uintptr_t end = start + span;
+  if (end > aligned + kFiberRegion) munmap(reinterpret_cast<void*>(aligned + kFiberRegion),
+                                           end - aligned - kFiberRegion);
+  mprotect(reinterpret_cast<void*>(aligned + kPage), kPage, PROT_NONE);
+  Fiber* fiber = reinterpret_cast<Fiber*>(aligned);
+  memset(fiber, 0, sizeof(Fiber));
+  fiber->worker = worker;
+  return fiber;
+}
+
+void fiber_prepare(Fiber* fiber, void (*start)()) {
+  uintptr_t top = reinterpret_cast<uintptr_t>(fiber) + kFiberRegion;
+#if defined(__x86_64__)
+  // Frame popped by mtw_switch: mxcsr+fpu cw, r15, r14, r13, r12, rbx, rbp, return address.
+  // After `ret`, rsp = top - 8, the alignment a called function expects.
+  uint64_t* sp = reinterpret_cast<uint64_t*>(top - 16);
+  *sp = reinterpret_cast<uint64_t>(start);
+  sp -= 6;
+  memset(sp, 0, 6 * sizeof(uint64_t));
+  sp -= 1;
+  uint32_t control[2] = {0x1F80, 0x037F};
+  memcpy(sp, control, sizeof(control));
+  fiber->sp = sp;
+#else
+  uint64_t* sp = reinterpret_cast<uint64_t*>(top - 176);
+  memset(sp, 0, 176);
+  sp[11] = reinterpret_cast<uint64_t>(start);  // x30, the link register
+  fiber->sp = sp;
+#endif
+}
+
+bool is_guard_page(uintptr_t addr) {
+  uintptr_t region = addr & ~(uintptr_t)(kFiberRegion - 1);
+  return addr >= region + kPage && addr < region + 2 * kPage;
+}
+
+}  // namespace mtw

@@ -1,0 +1,85 @@
+// Runs the threads of one threadgroup as fibers on one OS thread.
+#pragma once
+
+#include <setjmp.h>
+#include <stdint.h>
+
+#include "fiber.h"
+#include "runtime.h"
+
+namespace mtw {
+
+enum WaitKind : uint8_t { kNotWaiting = 0, kAtBarrier, kAtSimd };
+
+struct ThreadWait {
+  Fiber* fiber;
+  const void* site;        // return address of the runtime call: which barrier / function
+  uint32_t collectives;    // SIMD-group collectives this thread has completed
+  WaitKind kind;
+};
+
+struct SimdWait {
+  uint32_t waiting;  // lanes blocked in a collective
+  const void* in[MTW_SIMD_WIDTH];
+  void* out[MTW_SIMD_WIDTH];
+  mtw_combine_fn combine[MTW_SIMD_WIDTH];
+};
+
+// A ring of runnable fibers, in the order they became runnable.
+struct RunQueue {
+  Fiber* items[MTW_MAX_THREADS + 1];
+  uint32_t head = 0, tail = 0;
+  bool empty() const { return head == tail; }
+  void push(Fiber* f) {
+    items[tail] = f;
+    tail = (tail + 1) % (MTW_MAX_THREADS + 1);
+  }
+  Fiber* pop() {
+    Fiber* f = items[head];
+    head = (head + 1) % (MTW_MAX_THREADS + 1);
+    return f;
+  }
+};
+
+// One kernel launch, shared by all workers.
+struct Dispatch {
+  mtw_launch launch;
+  uint64_t groups_total;
+  uint32_t groups[3];
+  volatile uint64_t next_group;   // taken with __atomic builtins
+  volatile int cancelled;
+  volatile int status;            // first failure wins
+  volatile uint32_t tg_memory_used;
+  char message[2048];
+};
+
+struct Worker {
+  Dispatch* dispatch = nullptr;
+  mtw_group group;
+  void* scheduler_sp = nullptr;   // the worker's own context while a fiber runs
+  Fiber* running = nullptr;
+  Fiber* free_fibers = nullptr;
+  Fiber* all_fibers[MTW_MAX_THREADS + 1];
+  uint32_t fiber_count = 0;
+  RunQueue runnable;
+  uint32_t barrier_arrived = 0;
+  ThreadWait waits[MTW_MAX_THREADS];
+  SimdWait simd[MTW_MAX_SIMDGROUPS];
+  char* tg_memory = nullptr;
+  // Failure raised from kernel context: set, then control returns to the scheduler.
+  int failure = MTW_OK;
+  char message[1024];
+  // Fault isolation: where a signal handler jumps back to, and whether kernel code runs.
+  sigjmp_buf escape;
+  volatile int in_kernel = 0;
+};
+
+// Runs threadgroup `index` of the worker's dispatch; returns an mtw_status.
+int run_threadgroup(Worker* worker, uint64_t index);
+// Describes thread `linear` of the worker's current group, e.g. "thread (3,0,0) of
+// threadgroup (1,0,0)".
+void describe_thread(const Worker* worker, uint32_t linear, char* out, size_t size);
+// Forgets all fibers' state after an abandoned threadgroup.
+void reset_fibers(Worker* worker);
+
+}  // namespace mtw

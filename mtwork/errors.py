@@ -1,0 +1,58 @@
+"""Exceptions raised by mtwork. Each says what went wrong and how to fix it."""
+
+from __future__ import annotations
+
+
+class MtworkError(Exception):
+    """Base class of mtwork's own errors."""
+
+
+class CompileError(MtworkError):
+    """The kernel's MSL did not compile. `message` quotes the compiler, with the author's
+    own file names and line numbers (`source:3:5` is line 3 of the kernel body)."""
+
+    def __init__(self, kernel: str, message: str):
+        self.kernel = kernel
+        self.message = message.rstrip()
+        super().__init__(f"kernel `{kernel}` failed to compile:\n{self.message}")
+
+
+class KernelFault(MtworkError, RuntimeError):
+    """The kernel crashed while running (bad pointer, trap, stack overflow) or reported an
+    error; the host process is unharmed."""
+
+    def __init__(self, kernel: str, detail: str):
+        self.kernel = kernel
+        self.detail = detail
+        super().__init__(f"kernel `{kernel}` faulted: {detail}")
+
+
+class KernelDeadlock(KernelFault):
+    """Threads of a threadgroup can never go on: they wait at different barriers, or some
+    returned while others wait at a barrier."""
+
+    def __init__(self, kernel: str, detail: str):
+        self.kernel = kernel
+        self.detail = detail
+        MtworkError.__init__(self, f"kernel `{kernel}` deadlocked: {detail}")
+
+
+class KernelTimeout(KernelFault):
+    """The kernel ran past the watchdog's limit and was stopped."""
+
+    def __init__(self, kernel: str, detail: str):
+        self.kernel = kernel
+        self.detail = detail
+        MtworkError.__init__(self, f"kernel `{kernel}` stopped: {detail}")
+
+
+class ThreadgroupMemoryError(KernelFault):
+    """The kernel's threadgroup memory exceeds the 32 KiB a threadgroup has."""
+
+
+class BackendUnavailable(MtworkError, RuntimeError):
+    """The requested backend cannot run on this machine."""
+
+
+class EmulatorUnavailable(BackendUnavailable):
+    """The sim backend's tools (clang from ziglang, MLX's headers) are missing."""
