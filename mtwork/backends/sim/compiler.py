@@ -206,6 +206,7 @@ def compile_kernel(tu: Translation, math_mode: str, kernel_label: str) -> Path:
 
 
 _LOCATION = re.compile(r"(?P<file>[^\s:]+):(?P<line>\d+):(?P<col>\d+):")
+_GUTTER = re.compile(r"^(\s*)(\d+)(?= \|)")
 
 
 def _author_lines(stderr: str, tu: Translation, cpp_path: str) -> str:
@@ -220,5 +221,20 @@ def _author_lines(stderr: str, tu: Translation, cpp_path: str) -> str:
                 return f"{name}:{line - offset}:{m.group('col')}:"
         return f"<generated>:{line}:{m.group('col')}:"
 
-    text = _LOCATION.sub(relabel, stderr)
-    return text.replace(cpp_path, "<generated>")
+    # Source excerpts carry the translation unit's line numbers in their gutter
+    # (`   8 |   code`): renumber them like the location above them.
+    out, shift = [], 0
+    for line in stderr.splitlines():
+        located = _LOCATION.search(line)
+        if located and located.group("file") == cpp_path:
+            mapped = _LOCATION.sub(relabel, line)
+            new = _LOCATION.search(mapped)
+            shift = int(located.group("line")) - int(new.group("line")) if new else 0
+            line = mapped
+        else:
+            gutter = _GUTTER.match(line)
+            if gutter and shift:
+                number = str(int(gutter.group(2)) - shift).rjust(len(gutter.group(2)))
+                line = f"{gutter.group(1)}{number}{line[gutter.end(2):]}"
+        out.append(line)
+    return "\n".join(out).replace(cpp_path, "<generated>")

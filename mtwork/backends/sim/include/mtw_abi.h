@@ -48,9 +48,16 @@ typedef void (*mtw_entry_fn)(mtw_group* group, void* const* buffers);
 // per taking-part lane.
 typedef void (*mtw_combine_fn)(const void* const* ins, void* const* outs, uint32_t active);
 
-// Runtime entry points called from kernel code.
-void mtw_threadgroup_barrier(uint32_t flags);
-void mtw_simd_collective(const void* in, void* out, mtw_combine_fn combine);
+// Runtime entry points called from kernel code. Barriers and collectives are convergent:
+// the optimizer must not duplicate a call into branches, so the call site (the return
+// address) identifies the barrier in the source, which is how divergence is detected.
+#if defined(__clang__)
+#define MTW_CONVERGENT __attribute__((convergent, noinline))
+#else
+#define MTW_CONVERGENT
+#endif
+MTW_CONVERGENT void mtw_threadgroup_barrier(uint32_t flags);
+MTW_CONVERGENT void mtw_simd_collective(const void* in, void* out, mtw_combine_fn combine);
 void* mtw_threadgroup_alloc(uint32_t size, uint32_t align);
 void mtw_kernel_fault(const char* message);
 

@@ -139,7 +139,7 @@ void report_deadlock(Worker* w) {
   if (first_returned != kNoThread) describe_thread(w, first_returned, returned, sizeof(returned));
   w->failure = MTW_DEADLOCK;
   snprintf(w->message, sizeof(w->message),
-           "deadlock: %u of %u threads wait at threadgroup_barrier (first: %s) while %u "
+           "%u of %u threads wait at threadgroup_barrier (first: %s) while %u "
            "returned without reaching it (first: %s); every thread of a threadgroup must "
            "reach each barrier",
            at_barrier, g.nthreads, waiting, g.nthreads - at_barrier, returned);
