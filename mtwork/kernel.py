@@ -8,8 +8,8 @@ from typing import Any
 import mlx.core as mx
 
 from . import dtypes, source
-from .backends import resolve as resolve_backend
 from .backends import metal as metal_backend
+from .backends import resolve as resolve_backend
 
 MAX_THREADS_PER_THREADGROUP = 1024
 

@@ -138,8 +138,8 @@ def runtime_library() -> Path:
 
 def mlx_include_dir() -> Path | None:
     try:
-        import mlx.core  # noqa: F401
         import mlx
+        import mlx.core  # noqa: F401
     except ImportError:
         return None
     for root in getattr(mlx, "__path__", []):

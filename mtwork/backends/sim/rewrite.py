@@ -142,7 +142,9 @@ def _definition_end(mask: str, pos: int) -> int:
     return len(mask)
 
 
-_DEFINITION = re.compile(r"\)\s*(?:const\s+)?(?:(?:thread|device|constant|threadgroup)\s*)?(?=\{|:(?!:))")
+_DEFINITION = re.compile(
+    r"\)\s*(?:const\s+)?(?:(?:thread|device|constant|threadgroup)\s*)?(?=\{|:(?!:))"
+)
 _ADDRESS_SPACE_WORD = re.compile(r"\b(?:thread|device|constant|threadgroup)\b")
 _NOT_FUNCTIONS = frozenset({"if", "for", "while", "switch", "catch", "return", "sizeof",
                             "decltype", "alignof", "static_assert", "noexcept"})

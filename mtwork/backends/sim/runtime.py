@@ -27,7 +27,6 @@ DEFAULT_TIMEOUT_S = 120.0
 # Status codes of runtime/runtime.h.
 _OK, _RUNNING, _FAULT, _DEADLOCK, _TG_MEMORY, _CANCELLED, _KERNEL_ERROR, _SYSTEM = range(8)
 
-_EntryFn = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p)
 
 
 class _Launch(ctypes.Structure):

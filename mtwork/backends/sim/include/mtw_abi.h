@@ -48,11 +48,12 @@ typedef void (*mtw_entry_fn)(mtw_group* group, void* const* buffers);
 // per taking-part lane.
 typedef void (*mtw_combine_fn)(const void* const* ins, void* const* outs, uint32_t active);
 
-// Runtime entry points called from kernel code. Barriers and collectives are convergent:
-// the optimizer must not duplicate a call into branches, so the call site (the return
-// address) identifies the barrier in the source, which is how divergence is detected.
+// Runtime entry points called from kernel code. Barriers and collectives are convergent
+// and never merged: the optimizer may neither copy a call into branches nor fold calls
+// from two branches into one, so the call site (the return address) identifies the
+// barrier in the source, which is how divergence is detected.
 #if defined(__clang__)
-#define MTW_CONVERGENT __attribute__((convergent, noinline))
+#define MTW_CONVERGENT __attribute__((convergent, nomerge, noinline))
 #else
 #define MTW_CONVERGENT
 #endif
