@@ -4,6 +4,8 @@ run as fibers on all CPU cores."""
 from __future__ import annotations
 
 import ctypes
+import os
+import re
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -22,13 +24,28 @@ NAME = "sim"
 # Outputs not given an init_value start as this pattern, so code that forgets to write
 # an element shows up: NaN with a recognisable payload for floats, 0xBE bytes otherwise.
 _POISON_BITS = {
-    mx.float32: np.array([0x7FC0BADD], dtype=np.uint32),
-    mx.float16: np.array([0x7EBA], dtype=np.uint16),
-    mx.bfloat16: np.array([0x7FBA], dtype=np.uint16),
-    mx.complex64: np.array([0x7FC0BADD, 0x7FC0BADD], dtype=np.uint32),
+    mx.float32: np.uint32(0x7FC0BADD),
+    mx.float16: np.uint16(0x7EBA),
+    mx.bfloat16: np.uint16(0x7FBA),
+    mx.complex64: np.uint32(0x7FC0BADD),
 }
 
 _TU_PRELUDE = '#include <metal_stdlib>\n#include "mlx/backend/metal/kernels/utils.h"\n'
+
+
+# Calls that can suspend a thread. A kernel without any runs as plain loops per threadgroup
+# (see launcher.py); the runtime reports it if one slips through.
+_BLOCKING = re.compile(
+    r"\b(?:threadgroup_barrier|simdgroup_barrier|simd_\w+|quad_\w+|threadgroup|"
+    r"simdgroup_(?!index_in_threadgroup\b)\w+|schedule_row_tile)\b"
+)
+
+
+def is_barrier_free(*texts: str) -> bool:
+    """Whether kernel text never blocks (no barriers, SIMD functions or threadgroup memory)."""
+    if os.environ.get("MTWORK_SIM_BARRIER_FREE", "1") == "0":
+        return False
+    return not any(_BLOCKING.search(t) for t in texts)
 
 
 def unavailable_reason() -> str | None:
@@ -43,14 +60,12 @@ def unavailable_reason() -> str | None:
 
 
 def _poison(dtype: mx.Dtype, shape: Sequence[int]) -> np.ndarray:
-    storage = dtypes.storage_numpy_dtype(dtype)
-    out = np.empty(tuple(shape), dtype=storage)
+    out = np.empty(tuple(shape), dtype=dtypes.storage_numpy_dtype(dtype))
     pattern = _POISON_BITS.get(dtype)
-    raw = out.reshape(-1).view(np.uint8)
     if pattern is None:
-        raw[:] = 0xBE
+        out.reshape(-1).view(np.uint8).fill(0xBE)
     else:
-        raw[:] = np.resize(pattern.view(np.uint8), raw.size)
+        out.reshape(-1).view(pattern.dtype).fill(pattern)
     return out
 
 
@@ -189,7 +204,8 @@ def run_body_kernel(
     for index, address in slots.items():
         table[index] = address
     clamped = tuple(min(t, g) for t, g in zip(threadgroup, grid))
-    runtime.dispatch(library, name, table, grid, clamped, timeout=timeout)
+    runtime.dispatch(library, name, table, grid, clamped, timeout=timeout,
+                     barrier_free=is_barrier_free(header, body))
     del keep
     return [_to_mx(out, dt) for out, dt in zip(outputs, output_dtypes)]
 

@@ -18,6 +18,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -36,6 +37,7 @@ COMMON_FLAGS = (
     "-fdeclspec",
     "-fno-exceptions",
     "-fno-rtti",
+    "-nostdlib++",  # kernels and runtime use no C++ library: nothing for zig to build
     "-Wno-unknown-attributes",
     "-Wno-unknown-pragmas",
     "-Wno-c++11-narrowing",
@@ -184,10 +186,16 @@ class Translation:
     regions: tuple[tuple[int, int, str, int], ...]  # (first, last, name, offset) in lines
 
 
-def compile_kernel(tu: Translation, math_mode: str, kernel_label: str) -> Path:
-    """Compiles a translation unit into a shared library (cached) and returns its path."""
+def compile_kernel(tu: Translation, math_mode: str, kernel_label: str,
+                   include_dirs: Sequence[Path] = ()) -> Path:
+    """Compiles a translation unit into a shared library (cached) and returns its path.
+
+    `include_dirs` are searched after the shim and MLX's headers (`-I`, in order).
+    """
     flags = [*COMMON_FLAGS, *MATH_MODE_FLAGS[math_mode], *KERNEL_DEFINES]
-    key = _digest(tu.text, " ".join(flags), shim_version(), str(mlx_include_dir()))
+    user_includes = [arg for d in include_dirs for arg in ("-I", str(d))]
+    key = _digest(tu.text, " ".join(flags), shim_version(), str(mlx_include_dir()),
+                  *user_includes)
     target = cache_dir() / "kernels" / f"{key}.so"
     if target.exists():
         return target
@@ -197,7 +205,7 @@ def compile_kernel(tu: Translation, math_mode: str, kernel_label: str) -> Path:
         cpp.write_text(tu.text)
         tmp = Path(work) / "kernel.so"
         args = [*compiler_command(), *flags, "-shared", "-isystem", str(SHIM_DIR),
-                "-I", str(prelude_dir()), str(cpp), "-o", str(tmp)]
+                "-I", str(prelude_dir()), *user_includes, str(cpp), "-o", str(tmp)]
         result = _run(args, kernel_label)
         if result.returncode != 0:
             raise CompileError(kernel_label, _author_lines(result.stderr, tu, str(cpp)))

@@ -56,7 +56,7 @@ def _argument(p: LaunchParam) -> str:
     if p.kind == "attribute":
         if p.attribute not in ATTRIBUTE_NAMES:
             raise ValueError(f"unknown thread attribute [[{p.attribute}]]")
-        return f"mtw_attr::as<{p.type_text}>(mtw_attr::{p.attribute}(g, i))"
+        return f"mtw_attr::as<{p.type_text}>(mtw_attr::{p.attribute}(g, i, local))"
     if p.kind == "threadgroup":
         return f"({p.type_text})(g->tg_memory + (uintptr_t)b[{p.slot}])"
     if p.type_text.rstrip().endswith("&"):
@@ -66,8 +66,13 @@ def _argument(p: LaunchParam) -> str:
 
 
 def launcher_source(function: str, params: Sequence[LaunchParam]) -> str:
-    """C++ for `mtw_entry`, calling `function` (with template arguments, if any)."""
-    args = ",\n        ".join(_argument(p) for p in params)
+    """C++ for the two entry points, calling `function` (with template arguments, if any).
+
+    `mtw_entry` takes threads one at a time from the group, so a thread that blocks can
+    leave the loop suspended; `mtw_entry_barrier_free` runs the group as nested loops
+    the compiler can vectorize, for kernels that never block.
+    """
+    args = ",\n          ".join(_argument(p) for p in params)
     return f"""
 #include "mtw_launch.h"
 extern "C" __attribute__((visibility("default")))
@@ -78,10 +83,24 @@ void mtw_entry(mtw_group* g, void* const* b) {{
     g->next_thread = i + 1;
     g->current = i;
     g->tg_cursor[i] = g->tg_static_bytes;
+    const uint3 local = mtw_attr::local_of(g, i);
     {function}(
-        {args});
+          {args});
     g->done += 1;
     g->simd_done[i / MTW_SIMD_WIDTH] += 1;
   }}
+}}
+extern "C" __attribute__((visibility("default")))
+void mtw_entry_barrier_free(mtw_group* g, void* const* b) {{
+  const uint32_t tx = g->tg_size[0], ty = g->tg_size[1], tz = g->tg_size[2];
+  for (uint32_t z = 0; z < tz; ++z)
+    for (uint32_t y = 0; y < ty; ++y)
+      for (uint32_t x = 0; x < tx; ++x) {{
+        const uint32_t i = (z * ty + y) * tx + x;
+        const uint3 local = uint3(x, y, z);
+        {function}(
+          {args});
+      }}
+  g->next_thread = g->done = g->nthreads;
 }}
 """

@@ -39,6 +39,7 @@ class _Launch(ctypes.Structure):
         ("tg_memory_limit", ctypes.c_uint32),
         ("tg_static_bytes", ctypes.c_uint32),
         ("workers", ctypes.c_uint32),
+        ("barrier_free", ctypes.c_uint32),
     ]
 
 
@@ -64,6 +65,7 @@ class KernelLibrary:
     path: Path
     handle: ctypes.CDLL
     entry: int
+    entry_barrier_free: int
 
 
 _libraries: dict[Path, KernelLibrary] = {}
@@ -78,8 +80,12 @@ def load(path: Path) -> KernelLibrary:
         if lib is None:
             _runtime()
             handle = ctypes.CDLL(str(path), mode=ctypes.RTLD_LOCAL)
-            entry = ctypes.cast(handle.mtw_entry, ctypes.c_void_p).value
-            lib = KernelLibrary(path, handle, entry)
+            lib = KernelLibrary(
+                path,
+                handle,
+                ctypes.cast(handle.mtw_entry, ctypes.c_void_p).value,
+                ctypes.cast(handle.mtw_entry_barrier_free, ctypes.c_void_p).value,
+            )
             _libraries[path] = lib
     return lib
 
@@ -100,15 +106,17 @@ def dispatch(
     tg_memory_limit: int = THREADGROUP_MEMORY_BYTES,
     timeout: float | None = None,
     workers: int = 0,
+    barrier_free: bool = False,
 ) -> int:
     """Runs the kernel over the grid; returns the threadgroup memory it used (bytes).
 
+    `barrier_free` runs the group as plain loops: only for kernels that never block.
     Waits in short slices so Ctrl-C and the watchdog (`timeout` seconds, default
     $MTWORK_TIMEOUT or 120) can stop a kernel that never ends.
     """
     rt = _runtime()
     launch = _Launch(
-        entry=library.entry,
+        entry=library.entry_barrier_free if barrier_free else library.entry,
         buffers=ctypes.cast(buffers, ctypes.c_void_p).value,
         kernel_name=kernel_name.encode(),
         grid=(ctypes.c_uint32 * 3)(*grid),
@@ -116,6 +124,7 @@ def dispatch(
         tg_memory_limit=tg_memory_limit,
         tg_static_bytes=tg_static_bytes,
         workers=workers,
+        barrier_free=int(barrier_free),
     )
     limit = default_timeout() if timeout is None else timeout
     with _dispatch_lock:

@@ -37,10 +37,12 @@ typedef struct mtw_group {
   uint32_t tg_memory_size;    // bytes available in tg_memory
   uint32_t tg_memory_used;    // high-water mark, for the budget check
   uint32_t tg_static_bytes;   // bytes taken by [[threadgroup(n)]] arguments
-  uint32_t pad_;
+  uint32_t barrier_free;      // running the barrier-free entry: blocking is a bug
   void* runtime;              // the runtime's private state for this group
 } mtw_group;
 
+// `mtw_entry` runs threads that may block; `mtw_entry_barrier_free` runs all threads of a
+// group in plain nested loops (vectorizable) for kernels that never block.
 typedef void (*mtw_entry_fn)(mtw_group* group, void* const* buffers);
 
 // Combines the values of one SIMD-group collective. `ins[l]` and `outs[l]` point at

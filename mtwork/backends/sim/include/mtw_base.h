@@ -260,3 +260,58 @@ struct numeric_limits<double>
 template <typename T> struct numeric_limits<const T> : numeric_limits<T> {};
 
 }  // namespace metal
+
+// Constants of Apple's <metal_math> and <metal_limits> (MSL specification, section 6).
+#define INFINITY __builtin_inff()
+#define NAN __builtin_nanf("")
+#define HUGE_VALF __builtin_huge_valf()
+#define MAXFLOAT 0x1.fffffep+127f
+#define FLT_MAX 0x1.fffffep+127f
+#define FLT_MIN 0x1p-126f
+#define FLT_EPSILON 0x1p-23f
+#define FLT_MANT_DIG 24
+#define FLT_DIG 6
+#define HALF_MAX ((half)65504.0f)
+#define HALF_MIN ((half)0x1p-14f)
+#define HALF_EPSILON ((half)0x1p-10f)
+#define MAXHALF HALF_MAX
+#define HUGE_VALH ((half)__builtin_huge_valf())
+#define CHAR_BIT 8
+#define SCHAR_MAX 127
+#define SCHAR_MIN (-128)
+#define UCHAR_MAX 255
+#define SHRT_MAX 32767
+#define SHRT_MIN (-32768)
+#define USHRT_MAX 65535
+#define INT_MAX 2147483647
+#define INT_MIN (-2147483647 - 1)
+#define UINT_MAX 4294967295u
+#define LONG_MAX 9223372036854775807L
+#define LONG_MIN (-9223372036854775807L - 1)
+#define ULONG_MAX 18446744073709551615ul
+#define M_E_F 2.71828182845904523536028747135266250f
+#define M_LOG2E_F 1.44269504088896340735992468100189214f
+#define M_LOG10E_F 0.434294481903251827651128918916605082f
+#define M_LN2_F 0.693147180559945309417232121458176568f
+#define M_LN10_F 2.30258509299404568401799145468436421f
+#define M_PI_F 3.14159265358979323846264338327950288f
+#define M_PI_2_F 1.57079632679489661923132169163975144f
+#define M_PI_4_F 0.785398163397448309615660845819875721f
+#define M_1_PI_F 0.318309886183790671537767526745028724f
+#define M_2_PI_F 0.636619772367581343075535053490057448f
+#define M_2_SQRTPI_F 1.12837916709551257389615890312154517f
+#define M_SQRT2_F 1.41421356237309504880168872420969808f
+#define M_SQRT1_2_F 0.707106781186547524400844362104849039f
+#define M_E_H ((half)M_E_F)
+#define M_LOG2E_H ((half)M_LOG2E_F)
+#define M_LOG10E_H ((half)M_LOG10E_F)
+#define M_LN2_H ((half)M_LN2_F)
+#define M_LN10_H ((half)M_LN10_F)
+#define M_PI_H ((half)M_PI_F)
+#define M_PI_2_H ((half)M_PI_2_F)
+#define M_PI_4_H ((half)M_PI_4_F)
+#define M_1_PI_H ((half)M_1_PI_F)
+#define M_2_PI_H ((half)M_2_PI_F)
+#define M_2_SQRTPI_H ((half)M_2_SQRTPI_F)
+#define M_SQRT2_H ((half)M_SQRT2_F)
+#define M_SQRT1_2_H ((half)M_SQRT1_2_F)

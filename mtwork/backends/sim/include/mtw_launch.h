@@ -7,7 +7,7 @@
 namespace mtw_attr {
 
 MTW_INLINE uint3 vec3(const uint32_t v[3]) { return uint3(v[0], v[1], v[2]); }
-MTW_INLINE uint3 local(const mtw_group* g, uint32_t i) {
+MTW_INLINE uint3 local_of(const mtw_group* g, uint32_t i) {
   uint32_t tx = g->tg_size[0], ty = g->tg_size[1];
   return uint3(i % tx, (i / tx) % ty, i / (tx * ty));
 }
@@ -15,48 +15,48 @@ MTW_INLINE uint32_t dispatch_threads(const mtw_group* g) {
   return g->dispatch_tg[0] * g->dispatch_tg[1] * g->dispatch_tg[2];
 }
 
-MTW_INLINE uint dispatch_quadgroups_per_threadgroup(const mtw_group* g, uint32_t) {
+MTW_INLINE uint dispatch_quadgroups_per_threadgroup(const mtw_group* g, uint32_t, uint3) {
   return (dispatch_threads(g) + 3) / 4;
 }
-MTW_INLINE uint dispatch_simdgroups_per_threadgroup(const mtw_group* g, uint32_t) {
+MTW_INLINE uint dispatch_simdgroups_per_threadgroup(const mtw_group* g, uint32_t, uint3) {
   return (dispatch_threads(g) + MTW_SIMD_WIDTH - 1) / MTW_SIMD_WIDTH;
 }
-MTW_INLINE uint3 dispatch_threads_per_threadgroup(const mtw_group* g, uint32_t) {
+MTW_INLINE uint3 dispatch_threads_per_threadgroup(const mtw_group* g, uint32_t, uint3) {
   return vec3(g->dispatch_tg);
 }
-MTW_INLINE uint3 grid_origin(const mtw_group*, uint32_t) { return uint3(0u); }
-MTW_INLINE uint3 grid_size(const mtw_group* g, uint32_t) { return vec3(g->grid); }
-MTW_INLINE uint quadgroup_index_in_threadgroup(const mtw_group*, uint32_t i) { return i / 4; }
-MTW_INLINE uint quadgroups_per_threadgroup(const mtw_group* g, uint32_t) {
+MTW_INLINE uint3 grid_origin(const mtw_group*, uint32_t, uint3) { return uint3(0u); }
+MTW_INLINE uint3 grid_size(const mtw_group* g, uint32_t, uint3) { return vec3(g->grid); }
+MTW_INLINE uint quadgroup_index_in_threadgroup(const mtw_group*, uint32_t i, uint3) { return i / 4; }
+MTW_INLINE uint quadgroups_per_threadgroup(const mtw_group* g, uint32_t, uint3) {
   return (g->nthreads + 3) / 4;
 }
-MTW_INLINE uint simdgroup_index_in_threadgroup(const mtw_group*, uint32_t i) {
+MTW_INLINE uint simdgroup_index_in_threadgroup(const mtw_group*, uint32_t i, uint3) {
   return i / MTW_SIMD_WIDTH;
 }
-MTW_INLINE uint simdgroups_per_threadgroup(const mtw_group* g, uint32_t) {
+MTW_INLINE uint simdgroups_per_threadgroup(const mtw_group* g, uint32_t, uint3) {
   return (g->nthreads + MTW_SIMD_WIDTH - 1) / MTW_SIMD_WIDTH;
 }
-MTW_INLINE uint thread_execution_width(const mtw_group*, uint32_t) { return MTW_SIMD_WIDTH; }
-MTW_INLINE uint thread_index_in_quadgroup(const mtw_group*, uint32_t i) { return i % 4; }
-MTW_INLINE uint thread_index_in_simdgroup(const mtw_group*, uint32_t i) {
+MTW_INLINE uint thread_execution_width(const mtw_group*, uint32_t, uint3) { return MTW_SIMD_WIDTH; }
+MTW_INLINE uint thread_index_in_quadgroup(const mtw_group*, uint32_t i, uint3) { return i % 4; }
+MTW_INLINE uint thread_index_in_simdgroup(const mtw_group*, uint32_t i, uint3) {
   return i % MTW_SIMD_WIDTH;
 }
-MTW_INLINE uint thread_index_in_threadgroup(const mtw_group*, uint32_t i) { return i; }
-MTW_INLINE uint3 thread_position_in_threadgroup(const mtw_group* g, uint32_t i) {
-  return local(g, i);
+MTW_INLINE uint thread_index_in_threadgroup(const mtw_group*, uint32_t i, uint3) { return i; }
+MTW_INLINE uint3 thread_position_in_threadgroup(const mtw_group*, uint32_t, uint3 local) {
+  return local;
 }
-MTW_INLINE uint3 threadgroup_position_in_grid(const mtw_group* g, uint32_t) {
+MTW_INLINE uint3 threadgroup_position_in_grid(const mtw_group* g, uint32_t, uint3) {
   return vec3(g->group_pos);
 }
-MTW_INLINE uint3 thread_position_in_grid(const mtw_group* g, uint32_t i) {
-  return threadgroup_position_in_grid(g, i) * vec3(g->dispatch_tg) + local(g, i);
+MTW_INLINE uint3 thread_position_in_grid(const mtw_group* g, uint32_t, uint3 local) {
+  return vec3(g->group_pos) * vec3(g->dispatch_tg) + local;
 }
-MTW_INLINE uint3 threadgroups_per_grid(const mtw_group* g, uint32_t) { return vec3(g->groups); }
-MTW_INLINE uint3 threads_per_grid(const mtw_group* g, uint32_t) { return vec3(g->grid); }
-MTW_INLINE uint threads_per_simdgroup(const mtw_group*, uint32_t) { return MTW_SIMD_WIDTH; }
+MTW_INLINE uint3 threadgroups_per_grid(const mtw_group* g, uint32_t, uint3) { return vec3(g->groups); }
+MTW_INLINE uint3 threads_per_grid(const mtw_group* g, uint32_t, uint3) { return vec3(g->grid); }
+MTW_INLINE uint threads_per_simdgroup(const mtw_group*, uint32_t, uint3) { return MTW_SIMD_WIDTH; }
 // In a partial threadgroup at the grid's edge this is the actual size; the size given at
 // dispatch is dispatch_threads_per_threadgroup.
-MTW_INLINE uint3 threads_per_threadgroup(const mtw_group* g, uint32_t) {
+MTW_INLINE uint3 threads_per_threadgroup(const mtw_group* g, uint32_t, uint3) {
   return vec3(g->tg_size);
 }
 

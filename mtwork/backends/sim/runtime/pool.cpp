@@ -127,6 +127,7 @@ void run_dispatch(Worker* w) {
   w->group.tg_memory = w->tg_memory;
   w->group.tg_memory_size = d->launch.tg_memory_limit;
   w->group.tg_static_bytes = d->launch.tg_static_bytes;
+  w->group.barrier_free = d->launch.barrier_free;
   for (int k = 0; k < 3; ++k) {
     w->group.dispatch_tg[k] = d->launch.threadgroup[k];
     w->group.groups[k] = d->groups[k];
@@ -194,7 +195,10 @@ bool ensure_pool() {
   threads = static_cast<pthread_t*>(calloc(n, sizeof(pthread_t)));
   if (!workers || !threads) return false;
   for (int i = 0; i < n; ++i) {
-    Worker* w = new Worker();
+    // Zeroed memory is a valid initial Worker (all its defaults are zeros); the runtime
+    // links no C++ library, so no operator new.
+    Worker* w = static_cast<Worker*>(calloc(1, sizeof(Worker)));
+    if (!w) return false;
     w->tg_memory = static_cast<char*>(aligned_alloc(64, kTgMemoryCapacity));
     workers[i] = w;
   }

@@ -18,6 +18,7 @@ typedef struct mtw_launch {
   uint32_t tg_memory_limit;    // bytes of threadgroup memory a threadgroup may use
   uint32_t tg_static_bytes;    // bytes reserved up front for [[threadgroup(n)]] arguments
   uint32_t workers;            // OS threads to spread threadgroups over (0: all cores)
+  uint32_t barrier_free;       // `entry` is mtw_entry_barrier_free: blocking is a bug
 } mtw_launch;
 
 enum mtw_status {

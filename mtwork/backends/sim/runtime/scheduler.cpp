@@ -11,6 +11,19 @@ constexpr uint32_t kNoThread = 0xFFFFFFFFu;
 
 Worker* worker_of(Fiber* fiber) { return fiber->worker; }
 
+[[noreturn]] void fail(Worker* w, int status, const char* message);
+
+// Kernels classified barrier-free run without fibers to suspend; a blocking call there is
+// a misclassification, reported instead of corrupting state.
+void check_may_block(Worker* w, const char* what) {
+  if (!w->group.barrier_free) return;
+  char message[256];
+  snprintf(message, sizeof(message),
+           "%s called in a kernel run as barrier-free; set MTWORK_SIM_BARRIER_FREE=0 to "
+           "run every kernel on the general path, and report this kernel", what);
+  fail(w, MTW_KERNEL_ERROR, message);
+}
+
 [[noreturn]] void fail(Worker* w, int status, const char* message) {
   w->failure = status;
   snprintf(w->message, sizeof(w->message), "%s", message);
@@ -149,6 +162,11 @@ void report_deadlock(Worker* w) {
 
 void describe_thread(const Worker* w, uint32_t linear, char* out, size_t size) {
   const mtw_group& g = w->group;
+  if (g.barrier_free) {  // its loop does not record which thread runs
+    snprintf(out, size, "a thread of threadgroup_position_in_grid (%u,%u,%u)", g.group_pos[0],
+             g.group_pos[1], g.group_pos[2]);
+    return;
+  }
   uint32_t x = linear % g.tg_size[0];
   uint32_t y = (linear / g.tg_size[0]) % g.tg_size[1];
   uint32_t z = linear / (g.tg_size[0] * g.tg_size[1]);
@@ -234,6 +252,7 @@ using namespace mtw;
 extern "C" void mtw_threadgroup_barrier(uint32_t) {
   Fiber* f = current_fiber();
   Worker* w = worker_of(f);
+  check_may_block(w, "threadgroup_barrier");
   mtw_group& g = w->group;
   uint32_t t = g.current;
   const void* site = __builtin_return_address(0);
@@ -267,6 +286,7 @@ extern "C" void mtw_threadgroup_barrier(uint32_t) {
 extern "C" void mtw_simd_collective(const void* in, void* out, mtw_combine_fn combine) {
   Fiber* f = current_fiber();
   Worker* w = worker_of(f);
+  check_may_block(w, "a SIMD-group function");
   mtw_group& g = w->group;
   uint32_t t = g.current;
   uint32_t sg = t / MTW_SIMD_WIDTH, lane = t % MTW_SIMD_WIDTH;
@@ -296,6 +316,7 @@ extern "C" void mtw_simd_collective(const void* in, void* out, mtw_combine_fn co
 
 extern "C" void* mtw_threadgroup_alloc(uint32_t size, uint32_t align) {
   Worker* w = worker_of(current_fiber());
+  check_may_block(w, "threadgroup memory");
   mtw_group& g = w->group;
   uint32_t t = g.current;
   uint32_t offset = (g.tg_cursor[t] + align - 1) & ~(align - 1);

@@ -1,0 +1,184 @@
+"""Emulator speed against numpy on the same data, measured side by side.
+
+Prints ratios (emulator time / numpy time) from interleaved rounds, and compile costs:
+the first compile on an empty cache, a warm compile of a new small kernel, and the
+overhead of a cached call of a tiny kernel.
+
+    python bench/emulator.py [--size 16777216] [--rounds 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Callable
+
+import mlx.core as mx
+import numpy as np
+
+import mtwork
+
+EXP = "uint i = thread_position_in_grid.x; out[i] = metal::exp(inp[i]);"
+
+TREE_SUM = """
+    threadgroup float partial[256];
+    uint t = thread_position_in_threadgroup.x;
+    partial[t] = inp[thread_position_in_grid.x];
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    for (uint s = 128; s > 0; s >>= 1) {
+        if (t < s) partial[t] += partial[t + s];
+        threadgroup_barrier(mem_flags::mem_threadgroup);
+    }
+    if (t == 0) out[threadgroup_position_in_grid.x] = partial[0];
+"""
+
+SOFTMAX = """
+    uint row = threadgroup_position_in_grid.y;
+    uint lane = thread_index_in_simdgroup;
+    const device float* x = inp + row * N;
+    float m = -INFINITY;
+    for (uint j = lane; j < N; j += 32) m = metal::max(m, x[j]);
+    m = simd_max(m);
+    float s = 0.0f;
+    for (uint j = lane; j < N; j += 32) s += metal::exp(x[j] - m);
+    s = simd_sum(s);
+    for (uint j = lane; j < N; j += 32) out[row * N + j] = metal::exp(x[j] - m) / s;
+"""
+
+
+def interleaved(a: Callable[[], object], b: Callable[[], object], rounds: int) -> list[float]:
+    """Ratios time(a) / time(b), one per round, the side that starts alternating."""
+    a(), b()  # warm-up
+    ratios = []
+    for r in range(rounds):
+        times = {}
+        for name, fn in ((("a", a), ("b", b)) if r % 2 == 0 else (("b", b), ("a", a))):
+            start = time.perf_counter()
+            fn()
+            times[name] = time.perf_counter() - start
+        ratios.append(times["a"] / times["b"])
+    return ratios
+
+
+def report(label: str, ratios: list[float], target: float | None = None) -> None:
+    med = statistics.median(ratios)
+    goal = f"  (target < {target:g}x: {'met' if med < target else 'NOT met'})" if target else ""
+    print(f"{label:<44} emulator/numpy = {med:6.2f}x  [min {min(ratios):.2f}, "
+          f"max {max(ratios):.2f}]{goal}")
+
+
+def bench_exp(n: int, rounds: int) -> None:
+    x = mx.random.normal((n,))
+    xn = np.array(x)
+    k = mtwork.metal_kernel("bench_exp", ["inp"], ["out"], EXP)
+
+    def emulator():
+        return k(inputs=[x], grid=(n, 1, 1), threadgroup=(256, 1, 1),
+                 output_shapes=[(n,)], output_dtypes=[mx.float32])
+
+    report(f"(a) elementwise exp, {n:,} floats", interleaved(emulator, lambda: np.exp(xn), rounds),
+           4)
+
+
+def bench_tree_sum(n: int, rounds: int) -> None:
+    x = mx.random.normal((n,))
+    xn = np.array(x)
+    k = mtwork.metal_kernel("bench_tree_sum", ["inp"], ["out"], TREE_SUM)
+
+    def emulator():
+        return k(inputs=[x], grid=(n, 1, 1), threadgroup=(256, 1, 1),
+                 output_shapes=[(n // 256,)], output_dtypes=[mx.float32])
+
+    report(f"(b) threadgroup tree sum, {n:,} floats", interleaved(emulator, xn.sum, rounds), 20)
+
+
+def bench_softmax(n: int, rounds: int) -> None:
+    cols = 1024
+    rows = max(1, n // cols)
+    x = mx.random.normal((rows, cols))
+    xn = np.array(x)
+    k = mtwork.metal_kernel("bench_softmax", ["inp"], ["out"], SOFTMAX)
+
+    def emulator():
+        return k(inputs=[x], template=[("N", cols)], grid=(32, rows, 1),
+                 threadgroup=(32, 1, 1), output_shapes=[(rows, cols)],
+                 output_dtypes=[mx.float32])
+
+    def numpy_softmax():
+        e = np.exp(xn - xn.max(axis=1, keepdims=True))
+        return e / e.sum(axis=1, keepdims=True)
+
+    report(f"(c) row softmax (simd_max/simd_sum), {rows}x{cols}",
+           interleaved(emulator, numpy_softmax, rounds))
+
+
+def first_compile_seconds() -> float:
+    """A new process with an empty cache compiles one kernel: runtime, headers, kernel."""
+    code = (
+        "import time, mlx.core as mx, mtwork; t = time.perf_counter();"
+        "k = mtwork.metal_kernel('first', ['a'], ['o'], 'o[0] = a[0];');"
+        "k(inputs=[mx.zeros((1,))], grid=(1,1,1), threadgroup=(1,1,1),"
+        " output_shapes=[(1,)], output_dtypes=[mx.float32]);"
+        "print(time.perf_counter() - t)"
+    )
+    with tempfile.TemporaryDirectory() as cache:
+        env = {**os.environ, "MTWORK_CACHE_DIR": cache, "MTWORK_BACKEND": "sim"}
+        out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                             text=True, check=True)
+    return float(out.stdout.strip().splitlines()[-1])
+
+
+def warm_compile_seconds(samples: int = 3) -> float:
+    times = []
+    for _ in range(samples):
+        body = f"o[thread_position_in_grid.x] = a[0] * 2.0f; // {uuid.uuid4()}"
+        k = mtwork.metal_kernel("warm", ["a"], ["o"], body)
+        start = time.perf_counter()
+        k(inputs=[mx.zeros((1,))], grid=(32, 1, 1), threadgroup=(32, 1, 1),
+          output_shapes=[(32,)], output_dtypes=[mx.float32])
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def cached_call_ms(calls: int = 200) -> float:
+    k = mtwork.metal_kernel("tiny", ["a"], ["o"], "o[thread_position_in_grid.x] = a[0];")
+    a = mx.zeros((1,))
+    call = dict(inputs=[a], grid=(32, 1, 1), threadgroup=(32, 1, 1), output_shapes=[(32,)],
+                output_dtypes=[mx.float32])
+    k(**call)
+    start = time.perf_counter()
+    for _ in range(calls):
+        k(**call)
+    return (time.perf_counter() - start) / calls * 1e3
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--size", type=int, default=1 << 24)
+    parser.add_argument("--rounds", type=int, default=5)
+    args = parser.parse_args()
+    os.environ.setdefault("MTWORK_BACKEND", "sim")
+    print(f"mtwork sim emulator vs numpy, {os.cpu_count()} cores; ratios are medians of "
+          f"{args.rounds} interleaved rounds\n")
+    bench_exp(args.size, args.rounds)
+    bench_tree_sum(args.size, args.rounds)
+    bench_softmax(args.size // 4, args.rounds)
+    print()
+    first = first_compile_seconds()
+    print(f"first compile on an empty cache (new process)  {first:8.2f} s")
+    warm = warm_compile_seconds()
+    print(f"warm compile of a new small kernel             {warm:8.2f} s  "
+          f"(target < 2 s: {'met' if warm < 2 else 'NOT met'})")
+    call = cached_call_ms()
+    print(f"cached call of a tiny kernel                   {call:8.3f} ms "
+          f"(target < 1 ms: {'met' if call < 1 else 'NOT met'})")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,203 @@
+// SIMD-group matrices: 8x8 tiles held jointly by the 32 lanes of a SIMD-group.
+//
+// Each lane holds two neighbouring elements of one row, exposed by thread_elements():
+// lane l holds row (qid & 4) + (l / 2) % 4, columns c and c + 1 with
+// c = (qid & 2) * 2 + (l % 2) * 2 and qid = l / 4. This is the layout MLX's
+// steel/gemm/mma.h (BaseMMAFrag::get_coord) and tinygrad's Metal tensor-core map read
+// fragments with, so kernels that touch fragment elements by hand work as on the GPU.
+//
+// Loads, stores and products are SIMD-group collectives: the lanes meet, then one combine
+// call does the work of all of them. A product needs every lane's elements; loads and
+// stores go through the same meeting point because the group moves in lockstep on the
+// GPU: `simdgroup_load(m, p); simdgroup_store(m, p, 8, 0, true);` transposes a tile in
+// place there, which only works if no lane stores before every lane has loaded.
+#pragma once
+
+#include "mtw_simd.h"
+
+namespace mtw_sgmatrix {
+
+constexpr int kSize = 8;
+
+MTW_INLINE constexpr int row_of(int lane) { return ((lane / 4) & 4) + (lane / 2) % 4; }
+MTW_INLINE constexpr int col_of(int lane) { return ((lane / 4) & 2) * 2 + (lane % 2) * 2; }
+
+template <typename T>
+constexpr bool is_element = metal::is_same_v<T, float> || metal::is_same_v<T, half> ||
+                            metal::is_same_v<T, bfloat>;
+
+// Where a matrix lies in memory. The origin (x, y) is a column and row of the memory
+// layout: matrix element (0, 0) is at y * stride + x, with or without transposition.
+struct Place {
+  ulong stride;
+  metal::vec<ulong, 2> origin;
+  bool transpose;
+  MTW_INLINE ulong offset(int row, int col) const {
+    ulong x = transpose ? row : col, y = transpose ? col : row;
+    return (origin.y + y) * stride + origin.x + x;
+  }
+};
+
+template <typename T>
+struct LoadArg {
+  const T* src;
+  Place place;
+};
+
+template <typename T>
+struct StoreArg {
+  T* dst;
+  Place place;
+  metal::vec<T, 2> values;
+};
+
+// Operands of a product, widened to float in the lane that hands them in.
+struct ProductArg {
+  float a[2], b[2], c[2];
+};
+struct Pair {
+  float v[2];
+};
+
+template <typename T>
+void load(const void* const* ins, void* const* outs, uint32_t mask) {
+  for (int l = 0; l < mtw_simd::kWidth; ++l) {
+    if (!mtw_simd::active(mask, l)) continue;
+    const LoadArg<T>& in = *static_cast<const LoadArg<T>*>(ins[l]);
+    metal::vec<T, 2>& out = *static_cast<metal::vec<T, 2>*>(outs[l]);
+    for (int j = 0; j < 2; ++j) out[j] = in.src[in.place.offset(row_of(l), col_of(l) + j)];
+  }
+}
+
+template <typename T>
+void store(const void* const* ins, void* const*, uint32_t mask) {
+  for (int l = 0; l < mtw_simd::kWidth; ++l) {
+    if (!mtw_simd::active(mask, l)) continue;
+    const StoreArg<T>& in = *static_cast<const StoreArg<T>*>(ins[l]);
+    for (int j = 0; j < 2; ++j) in.dst[in.place.offset(row_of(l), col_of(l) + j)] = in.values[j];
+  }
+}
+
+// D = A B (+ C) in float, whatever the element types; the lane rounds its result to D's
+// type once. Apple does not document the rounding inside the operation; the hardware runs
+// it on the FP32 FMA pipelines, so each element here is a chain of fused multiply-adds
+// over k = 0..7 in increasing order, starting from C (or from the product A[r][0] B[0][c]
+// without C, which keeps the sign of a zero product as a plain multiply would).
+template <bool accumulate>
+void multiply(const void* const* ins, void* const* outs, uint32_t mask) {
+  // A lane that is not there contributes NaN: on the GPU its registers hold garbage.
+  constexpr float poison = __builtin_nanf("");
+  float a[kSize][kSize], b[kSize][kSize], c[kSize][kSize];
+  for (int r = 0; r < kSize; ++r)
+    for (int k = 0; k < kSize; ++k) a[r][k] = b[r][k] = c[r][k] = poison;
+  for (int l = 0; l < mtw_simd::kWidth; ++l) {
+    if (!mtw_simd::active(mask, l)) continue;
+    const ProductArg& in = *static_cast<const ProductArg*>(ins[l]);
+    int r = row_of(l), col = col_of(l);
+    for (int j = 0; j < 2; ++j) {
+      a[r][col + j] = in.a[j];
+      b[r][col + j] = in.b[j];
+      c[r][col + j] = in.c[j];
+    }
+  }
+  for (int l = 0; l < mtw_simd::kWidth; ++l) {
+    if (!mtw_simd::active(mask, l)) continue;
+    Pair& out = *static_cast<Pair*>(outs[l]);
+    int r = row_of(l);
+    for (int j = 0; j < 2; ++j) {
+      int col = col_of(l) + j;
+      float acc = accumulate ? c[r][col] : a[r][0] * b[0][col];
+      for (int k = accumulate ? 0 : 1; k < kSize; ++k)
+        acc = __builtin_fmaf(a[r][k], b[k][col], acc);
+      out.v[j] = acc;
+    }
+  }
+}
+
+}  // namespace mtw_sgmatrix
+
+namespace metal {
+
+template <typename T, int Cols, int Rows = Cols>
+struct simdgroup_matrix {
+  static_assert(Cols == 8 && Rows == 8, "Metal's SIMD-group matrices are 8x8");
+  static_assert(mtw_sgmatrix::is_element<T>,
+                "Metal's SIMD-group matrices hold float, half or bfloat");
+
+  vec<T, 2> __elements;
+
+  // Uninitialised on the GPU; NaN here, so reading a matrix that was never written shows.
+  constexpr simdgroup_matrix() : __elements(numeric_limits<T>::quiet_NaN()) {}
+
+  // The diagonal matrix with `value` on its diagonal.
+  simdgroup_matrix(T value) {
+    int lane = __metal_get_thread_index_in_simdgroup(0);
+    int row = mtw_sgmatrix::row_of(lane), col = mtw_sgmatrix::col_of(lane);
+    __elements = vec<T, 2>(row == col ? value : T(0), row == col + 1 ? value : T(0));
+  }
+
+  MTW_INLINE vec<T, 2>& thread_elements() { return __elements; }
+  MTW_INLINE const vec<T, 2>& thread_elements() const { return __elements; }
+};
+
+typedef simdgroup_matrix<float, 8, 8> simdgroup_float8x8;
+typedef simdgroup_matrix<half, 8, 8> simdgroup_half8x8;
+typedef simdgroup_matrix<bfloat, 8, 8> simdgroup_bfloat8x8;
+
+template <typename T, int Cols, int Rows = Cols>
+MTW_INLINE simdgroup_matrix<T, Cols, Rows> make_filled_simdgroup_matrix(const T value) {
+  simdgroup_matrix<T, Cols, Rows> m;
+  m.thread_elements() = vec<T, 2>(value);
+  return m;
+}
+
+// Loads the matrix whose element (row, col) is src[(y + row) * elements_per_row + x + col]
+// for matrix_origin (x, y), or src[(y + col) * elements_per_row + x + row] transposed.
+template <typename T, int Cols, int Rows>
+MTW_INLINE void simdgroup_load(thread simdgroup_matrix<T, Cols, Rows>& d, const T* src,
+                               ulong elements_per_row = Cols, ulong2 matrix_origin = 0,
+                               bool transpose_matrix = false) {
+  mtw_sgmatrix::LoadArg<T> in{src, {elements_per_row, matrix_origin, transpose_matrix}};
+  mtw_simd_collective(&in, &d.thread_elements(), &mtw_sgmatrix::load<T>);
+}
+
+// Stores to the places simdgroup_load reads from.
+template <typename T, int Cols, int Rows>
+MTW_INLINE void simdgroup_store(const thread simdgroup_matrix<T, Cols, Rows>& a, T* dst,
+                                ulong elements_per_row = Cols, ulong2 matrix_origin = 0,
+                                bool transpose_matrix = false) {
+  mtw_sgmatrix::StoreArg<T> in{dst, {elements_per_row, matrix_origin, transpose_matrix},
+                               a.thread_elements()};
+  mtw_sgmatrix::Pair unused;
+  mtw_simd_collective(&in, &unused, &mtw_sgmatrix::store<T>);
+}
+
+// d = a b + c. The operands may differ in element type (half inputs, float accumulator);
+// d may alias any of them. See mtw_sgmatrix::multiply for the arithmetic.
+template <typename TD, typename TA, typename TB, typename TC, int Cols, int Rows, int K>
+MTW_INLINE void simdgroup_multiply_accumulate(thread simdgroup_matrix<TD, Cols, Rows>& d,
+                                              const thread simdgroup_matrix<TA, K, Rows>& a,
+                                              const thread simdgroup_matrix<TB, Cols, K>& b,
+                                              const thread simdgroup_matrix<TC, Cols, Rows>& c) {
+  const auto &ea = a.thread_elements(), &eb = b.thread_elements(), &ec = c.thread_elements();
+  mtw_sgmatrix::ProductArg in{{float(ea[0]), float(ea[1])},
+                              {float(eb[0]), float(eb[1])},
+                              {float(ec[0]), float(ec[1])}};
+  mtw_sgmatrix::Pair out;
+  mtw_simd_collective(&in, &out, &mtw_sgmatrix::multiply<true>);
+  d.thread_elements() = vec<TD, 2>(TD(out.v[0]), TD(out.v[1]));
+}
+
+// d = a b.
+template <typename TD, typename TA, typename TB, int Cols, int Rows, int K>
+MTW_INLINE void simdgroup_multiply(thread simdgroup_matrix<TD, Cols, Rows>& d,
+                                   const thread simdgroup_matrix<TA, K, Rows>& a,
+                                   const thread simdgroup_matrix<TB, Cols, K>& b) {
+  const auto &ea = a.thread_elements(), &eb = b.thread_elements();
+  mtw_sgmatrix::ProductArg in{{float(ea[0]), float(ea[1])}, {float(eb[0]), float(eb[1])}, {}};
+  mtw_sgmatrix::Pair out;
+  mtw_simd_collective(&in, &out, &mtw_sgmatrix::multiply<false>);
+  d.thread_elements() = vec<TD, 2>(TD(out.v[0]), TD(out.v[1]));
+}
+
+}  // namespace metal
