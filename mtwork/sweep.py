@@ -523,6 +523,7 @@ class SweepResult:
     space_size: int = 0  # configurations before constraints
     stopped: str = "complete"  # or "budget", "time budget", "interrupted"
     cache_path: str | None = None
+    values: dict[str, tuple[Any, ...]] = field(default_factory=dict)  # the space, in order
 
     @property
     def ok(self) -> list[Record]:
@@ -1012,7 +1013,8 @@ def sweep(
     runner = _Runner(build, list(inputs), oracle, dict(diff_options or {}), metrics, clock,
                      rounds, warmup)
     result = SweepResult([], tuple(params), clock, objective, maximize, len(candidates),
-                         len(every), cache_path=None if cache is None else str(cache))
+                         len(every), cache_path=None if cache is None else str(cache),
+                         values={name: tuple(vs) for name, vs in params.items()})
 
     from tqdm.auto import tqdm
 

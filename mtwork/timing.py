@@ -365,8 +365,14 @@ def compare(
     for r in range(warmup):
         for name in _rotation(names, r):
             last_outputs[name] = calls[name]()[1]
-    if check and not last_outputs:
-        last_outputs = {name: calls[name]()[1] for name in names}
+    agreement = {}
+    if check:  # before timing, so a mismatch in kind fails fast
+        if not last_outputs:
+            last_outputs = {name: calls[name]()[1] for name in names}
+        for name in names:
+            agreement[name] = _agreement(
+                last_outputs[name], last_outputs[baseline], name, baseline, check == "bitwise"
+            )
 
     orders, times = [], {name: [] for name in names}
     for r in range(rounds):
@@ -374,13 +380,6 @@ def compare(
         orders.append(order)
         for name in order:
             times[name].append(calls[name]()[0])
-
-    agreement = {}
-    if check:
-        for name in names:
-            agreement[name] = _agreement(
-                last_outputs[name], last_outputs[baseline], name, baseline, check == "bitwise"
-            )
     return Comparison(
         clock=clock,
         baseline=baseline,
@@ -408,10 +407,15 @@ def _agreement(
             f"variant {name!r} returned {len(ours)} arrays but {baseline!r} returned "
             f"{len(theirs)}; compared variants must return the same outputs"
         )
-    return [
-        diff(a, b, bitwise=bitwise, name=f"{name}[{i}] vs {baseline}[{i}]")
-        for i, (a, b) in enumerate(zip(ours, theirs))
-    ]
+    reports = []
+    for i, (a, b) in enumerate(zip(ours, theirs)):
+        try:
+            reports.append(diff(a, b, bitwise=bitwise, name=f"{name}[{i}] vs {baseline}[{i}]"))
+        except ValueError as exc:
+            raise ValueError(
+                f"output {i} of variant {name!r} cannot be compared with {baseline!r}'s: {exc}"
+            ) from None
+    return reports
 
 
 # --- calling and waiting ---------------------------------------------------------------------
@@ -491,7 +495,8 @@ def _yes_no(value: bool | None) -> str:
 
 
 def _stat_cells(m: Measurement, unit: TimeUnit) -> list[str]:
-    return [unit.format(x) for x in (m.median, m.min, m.p95, m.mean)] + [_format_cv(m.cv)]
+    cv = _format_cv(m.cv) + ("*" if m.unstable else "")
+    return [unit.format(x) for x in (m.median, m.min, m.p95, m.mean)] + [cv]
 
 
 def _unstable_note(threshold: float) -> str:

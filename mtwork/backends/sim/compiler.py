@@ -47,11 +47,12 @@ COMMON_FLAGS = (
     "-Xclang",
     "-fbfloat16-excess-precision=none",
 )
+# "safe" rounds every operation (no fused multiply-add), the other modes allow contraction.
 MATH_MODE_FLAGS = {
-    "safe": (),
-    "relaxed": ("-fno-signed-zeros", "-fno-trapping-math", "-freciprocal-math",
-                "-fassociative-math"),
-    "fast": ("-ffast-math",),
+    "safe": ("-ffp-contract=off",),
+    "relaxed": ("-ffp-contract=fast", "-fno-signed-zeros", "-fno-trapping-math",
+                "-freciprocal-math", "-fassociative-math"),
+    "fast": ("-ffast-math", "-ffp-contract=fast"),
 }
 KERNEL_DEFINES = ("-D__METAL_VERSION__=320", "-DMLX_METAL_JIT", "-D__HAVE_MTWORK_EMULATOR__=1")
 

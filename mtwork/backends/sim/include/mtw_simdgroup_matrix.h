@@ -60,6 +60,12 @@ struct Pair {
 };
 
 template <typename T>
+MTW_INLINE void widen(float (&out)[2], const metal::vec<T, 2>& elements) {
+  out[0] = float(elements[0]);
+  out[1] = float(elements[1]);
+}
+
+template <typename T>
 void load(const void* const* ins, void* const* outs, uint32_t mask) {
   for (int l = 0; l < mtw_simd::kWidth; ++l) {
     if (!mtw_simd::active(mask, l)) continue;
@@ -97,7 +103,7 @@ void multiply(const void* const* ins, void* const* outs, uint32_t mask) {
     for (int j = 0; j < 2; ++j) {
       a[r][col + j] = in.a[j];
       b[r][col + j] = in.b[j];
-      c[r][col + j] = in.c[j];
+      if (accumulate) c[r][col + j] = in.c[j];
     }
   }
   for (int l = 0; l < mtw_simd::kWidth; ++l) {
@@ -179,10 +185,10 @@ MTW_INLINE void simdgroup_multiply_accumulate(thread simdgroup_matrix<TD, Cols, 
                                               const thread simdgroup_matrix<TA, K, Rows>& a,
                                               const thread simdgroup_matrix<TB, Cols, K>& b,
                                               const thread simdgroup_matrix<TC, Cols, Rows>& c) {
-  const auto &ea = a.thread_elements(), &eb = b.thread_elements(), &ec = c.thread_elements();
-  mtw_sgmatrix::ProductArg in{{float(ea[0]), float(ea[1])},
-                              {float(eb[0]), float(eb[1])},
-                              {float(ec[0]), float(ec[1])}};
+  mtw_sgmatrix::ProductArg in;
+  mtw_sgmatrix::widen(in.a, a.thread_elements());
+  mtw_sgmatrix::widen(in.b, b.thread_elements());
+  mtw_sgmatrix::widen(in.c, c.thread_elements());
   mtw_sgmatrix::Pair out;
   mtw_simd_collective(&in, &out, &mtw_sgmatrix::multiply<true>);
   d.thread_elements() = vec<TD, 2>(TD(out.v[0]), TD(out.v[1]));
@@ -193,8 +199,9 @@ template <typename TD, typename TA, typename TB, int Cols, int Rows, int K>
 MTW_INLINE void simdgroup_multiply(thread simdgroup_matrix<TD, Cols, Rows>& d,
                                    const thread simdgroup_matrix<TA, K, Rows>& a,
                                    const thread simdgroup_matrix<TB, Cols, K>& b) {
-  const auto &ea = a.thread_elements(), &eb = b.thread_elements();
-  mtw_sgmatrix::ProductArg in{{float(ea[0]), float(ea[1])}, {float(eb[0]), float(eb[1])}, {}};
+  mtw_sgmatrix::ProductArg in;
+  mtw_sgmatrix::widen(in.a, a.thread_elements());
+  mtw_sgmatrix::widen(in.b, b.thread_elements());
   mtw_sgmatrix::Pair out;
   mtw_simd_collective(&in, &out, &mtw_sgmatrix::multiply<false>);
   d.thread_elements() = vec<TD, 2>(TD(out.v[0]), TD(out.v[1]));

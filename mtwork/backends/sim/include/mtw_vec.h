@@ -55,7 +55,7 @@ constexpr int __component_count() {
   return (0 + ... + __vec_traits<remove_cvref_t<A>>::size);
 }
 
-template <typename To, typename FromVec>
+template <typename To, typename ToElement, typename FromVec>
 MTW_INLINE To __convert_storage(FromVec from);
 
 template <int N, typename Mask>
@@ -111,7 +111,7 @@ constexpr int __bits = sizeof(T) * 8;
     v = tmp;                                                                               \
   }                                                                                        \
   template <typename U>                                                                    \
-  explicit MTW_INLINE vec(vec<U, N> other) : v(__convert_storage<storage>(other.v)) {}     \
+  explicit MTW_INLINE vec(vec<U, N> other) : v(__convert_storage<storage, T>(other.v)) {}  \
   MTW_INLINE vec(packed_vec<T, N> p);                                                      \
   static MTW_INLINE vec from_storage(storage s) {                                          \
     vec r;                                                                                 \
@@ -203,14 +203,10 @@ struct vec<T, 4> {
   MTW_SWIZZLES_4
 };
 
-template <typename To, typename FromVec>
+template <typename To, typename ToElement, typename FromVec>
 MTW_INLINE To __convert_storage(FromVec from) {
-  using to_elem = decltype(To{}[0]);
-  if constexpr (is_same_v<remove_cvref_t<to_elem>, unsigned char> &&
-                !is_same_v<remove_cvref_t<decltype(from[0])>, unsigned char>) {
-    // Converting to bool: nonzero becomes 1 (only bool vectors use uchar storage here;
-    // uchar-to-uchar conversions take the plain path below).
-    return __builtin_convertvector(from != 0, To) & (To)1;
+  if constexpr (is_same_v<ToElement, bool>) {
+    return __builtin_convertvector(from != 0, To) & (To)1;  // nonzero becomes true
   } else {
     return __builtin_convertvector(from, To);
   }

@@ -12,7 +12,8 @@ namespace mtw {
 #endif
 
 // mtw_switch(save_sp, new_sp): push the callee-saved registers, store the stack pointer
-// in *save_sp, load new_sp and pop the other context's registers.
+// in *save_sp, load new_sp and pop the other context's registers. The floating-point
+// control state is not switched: every fiber runs kernel code in the same environment.
 #if defined(__x86_64__)
 __asm__(
     ".text\n"
@@ -24,14 +25,8 @@ __asm__(
     "  pushq %r13\n"
     "  pushq %r14\n"
     "  pushq %r15\n"
-    "  subq $8, %rsp\n"
-    "  stmxcsr (%rsp)\n"
-    "  fnstcw 4(%rsp)\n"
     "  movq %rsp, (%rdi)\n"
     "  movq %rsi, %rsp\n"
-    "  ldmxcsr (%rsp)\n"
-    "  fldcw 4(%rsp)\n"
-    "  addq $8, %rsp\n"
     "  popq %r15\n"
     "  popq %r14\n"
     "  popq %r13\n"
@@ -96,15 +91,12 @@ Fiber* fiber_create(Worker* worker) {
 void fiber_prepare(Fiber* fiber, void (*start)()) {
   uintptr_t top = reinterpret_cast<uintptr_t>(fiber) + kFiberRegion;
 #if defined(__x86_64__)
-  // Frame popped by mtw_switch: mxcsr+fpu cw, r15, r14, r13, r12, rbx, rbp, return address.
-  // After `ret`, rsp = top - 8, the alignment a called function expects.
+  // Frame popped by mtw_switch: r15, r14, r13, r12, rbx, rbp, return address. After
+  // `ret`, rsp = top - 8, the alignment a called function expects.
   uint64_t* sp = reinterpret_cast<uint64_t*>(top - 16);
   *sp = reinterpret_cast<uint64_t>(start);
   sp -= 6;
   memset(sp, 0, 6 * sizeof(uint64_t));
-  sp -= 1;
-  uint32_t control[2] = {0x1F80, 0x037F};
-  memcpy(sp, control, sizeof(control));
   fiber->sp = sp;
 #else
   uint64_t* sp = reinterpret_cast<uint64_t*>(top - 176);

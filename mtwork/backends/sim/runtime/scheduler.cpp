@@ -32,10 +32,28 @@ void check_may_block(Worker* w, const char* what) {
   __builtin_unreachable();
 }
 
-// Suspends the calling fiber until the scheduler resumes it.
+Fiber* take_fiber(Worker* w);
+
+// Suspends the calling fiber. Control goes straight to the next runnable fiber (or a new
+// one for the next unstarted thread), without a round trip through the scheduler; only
+// when neither exists does the scheduler take over (finished group, or stuck threads).
 void block(Worker* w, Fiber* f) {
   f->state = kFiberBlocked;
-  mtw_switch(&f->sp, w->scheduler_sp);
+  mtw_group& g = w->group;
+  Fiber* next = nullptr;
+  if (!w->runnable.empty()) {
+    next = w->runnable.pop();
+    g.current = next->thread;
+  } else if (g.next_thread < g.nthreads) {
+    next = take_fiber(w);
+  }
+  if (!next) {
+    mtw_switch(&f->sp, w->scheduler_sp);
+    return;
+  }
+  w->running = next;
+  next->state = kFiberRunning;
+  mtw_switch(&f->sp, next->sp);
 }
 
 void fiber_main() {
@@ -233,9 +251,11 @@ int run_threadgroup(Worker* w, uint64_t index) {
     w->running = f;
     f->state = kFiberRunning;
     mtw_switch(&w->scheduler_sp, f->sp);
+    // Fibers hand control to each other; the one coming back here is w->running.
+    Fiber* back = w->running;
     w->running = nullptr;
     if (w->failure != MTW_OK) return w->failure;
-    if (f->state == kFiberFinished) give_back(w, f);
+    if (back->state == kFiberFinished) give_back(w, back);
   }
   uint32_t used = g.tg_memory_used;
   uint32_t seen = d->tg_memory_used;
