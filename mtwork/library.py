@@ -51,7 +51,7 @@ from .signature import (
     function_constant_macros,
     parse_source,
     rewrite_function_constants,
-    strip_kernel_keyword,
+    strip_msl_only_syntax,
     type_info,
 )
 from .source import MATH_MODES
@@ -103,15 +103,12 @@ def load_metal(
 
 
 def _as_path(source: str | os.PathLike) -> Path | None:
-    """The file `source` names, or None when it is MSL text."""
-    if isinstance(source, os.PathLike):
-        path = Path(source)
-    elif "\n" in source or "(" in source:
+    """The file `source` names, or None when it is MSL text: a path object, or a string
+    of one line ending in a source suffix (``.metal``, ``.h``, ...)."""
+    if isinstance(source, str) and ("\n" in source
+                                    or not source.rstrip().endswith(_SOURCE_SUFFIXES)):
         return None
-    else:
-        path = Path(source)
-        if not path.exists() and path.suffix not in _SOURCE_SUFFIXES:
-            return None
+    path = Path(source)
     if not path.is_file():
         raise FileNotFoundError(f"no MSL file at {path}")
     return path.resolve()
@@ -162,7 +159,7 @@ def _for_emulator(text: str) -> str:
     """A user file as the emulator compiles it (lines unchanged)."""
     from .backends.sim.rewrite import rewrite_msl
 
-    return rewrite_msl(strip_kernel_keyword(rewrite_function_constants(text))).text
+    return rewrite_msl(strip_msl_only_syntax(rewrite_function_constants(text))).text
 
 
 @dataclass(frozen=True)
@@ -195,7 +192,8 @@ def _build_tree(main_text: str, main_label: str, main_path: Path | None,
     dirs = tuple(mirrored(d) for d in search_dirs)
     with _tree_lock:
         if not root.exists():
-            tmp = Path(tempfile.mkdtemp(dir=root.parent.parent, prefix="sources-"))
+            root.parent.mkdir(parents=True, exist_ok=True)
+            tmp = Path(tempfile.mkdtemp(dir=root.parent, prefix="tmp-"))
             rel = main.relative_to(root)
             for path, text in [(tmp / rel, _line_directive(main_label) + _for_emulator(main_text)),
                                *((tmp / p.relative_to(p.anchor),
@@ -205,7 +203,6 @@ def _build_tree(main_text: str, main_label: str, main_path: Path | None,
                 path.write_text(text)
             for d in dirs:
                 (tmp / d.relative_to(root)).mkdir(parents=True, exist_ok=True)
-            root.parent.mkdir(parents=True, exist_ok=True)
             try:
                 os.replace(tmp, root)
             except OSError:  # another process built it first
@@ -386,6 +383,8 @@ def _template_value_text(param: TemplateParam, value: Any, kernel: str) -> str:
 
 
 def _template_texts(signature: KernelSignature, template: Any, label: str) -> tuple[str, ...]:
+    """The template arguments written out, up to the last one given (the parameters after
+    it keep their defaults, as in C++)."""
     params = signature.template_params
     if not params:
         if template:
@@ -405,15 +404,23 @@ def _template_texts(signature: KernelSignature, template: Any, label: str) -> tu
             raise CompileError(label, f"`{signature.name}` takes {len(params)} template "
                                       f"arguments, got {len(values)}")
         values += [None] * (len(params) - len(values))
+    while values and values[-1] is None and params[len(values) - 1].default is not None:
+        values.pop()
     texts = []
     for p, v in zip(params, values):
-        if v is None:
-            if p.default is None:
-                raise CompileError(label, _missing_template_message(signature, p))
-            texts.append(p.default)
-        else:
-            texts.append(_template_value_text(p, v, label))
+        if v is None and p.default is None:
+            raise CompileError(label, _missing_template_message(signature, p))
+        texts.append(_substitute(p.default, dict(zip([q.name for q in params], texts)))
+                     if v is None else _template_value_text(p, v, label))
     return tuple(texts)
+
+
+def _substitute(text: str, names: Mapping[str, str]) -> str:
+    """`text` with each template parameter name replaced by its argument."""
+    if not names:
+        return text
+    pattern = r"\b(" + "|".join(map(re.escape, names)) + r")\b"
+    return re.sub(pattern, lambda m: names[m.group(1)], text)
 
 
 def _missing_template_message(signature: KernelSignature, param: TemplateParam) -> str:
@@ -472,12 +479,6 @@ class Outputs(dict):
     def mx(self, name: str) -> mx.array:
         out = mx.array(self[name])
         return out.view(mx.bfloat16) if self._kinds.get(name) == mx.bfloat16 else out
-
-    def __getattr__(self, name: str) -> np.ndarray:
-        try:
-            return self[name]
-        except KeyError:
-            raise AttributeError(name) from None
 
 
 def _describe(p: KernelParam) -> str:
@@ -562,9 +563,8 @@ def _check_array_dtype(arr: np.ndarray | mx.array, info: TypeInfo | None, what: 
     else:
         ok = arr.dtype == dtypes.storage_numpy_dtype(info.dtype)
     if not ok:
-        raise TypeError(f"{what} points at {_name(info) if info.lanes == 1 else _name(info)} "
-                        f"data; got an array of {arr.dtype} (convert it, or view its bytes "
-                        f"as the declared type)")
+        raise TypeError(f"{what} points at {_name(info)} data; got an array of {arr.dtype} "
+                        f"(convert it, or view its bytes as the declared type)")
 
 
 def _poisoned(dtype: mx.Dtype, shape: tuple[int, ...]) -> np.ndarray:
@@ -696,13 +696,19 @@ class Kernel:
             return self.signature.name
         return f"{self.signature.name}<{', '.join(self.template_args)}>"
 
+    @property
+    def template_values(self) -> dict[str, str]:
+        """Every template parameter's argument, defaults included (``{"T": "float"}``)."""
+        values: dict[str, str] = {}
+        for k, param in enumerate(self.signature.template_params):
+            given = k < len(self.template_args)
+            values[param.name] = (self.template_args[k] if given
+                                  else _substitute(param.default or "", values))
+        return values
+
     def param_type(self, p: KernelParam) -> str:
         """`p`'s declared type with the template arguments in place."""
-        names = {t.name: a for t, a in zip(self.signature.template_params, self.template_args)}
-        if not names:
-            return p.type_text
-        pattern = r"\b(" + "|".join(map(re.escape, names)) + r")\b"
-        return re.sub(pattern, lambda m: names[m.group(1)], p.type_text)
+        return _substitute(p.type_text, self.template_values)
 
     def element_info(self, p: KernelParam) -> TypeInfo | None:
         """What `p` points at (or refers to), when it is a scalar or vector type."""
@@ -762,14 +768,14 @@ class Kernel:
         have = ", ".join(_describe(p) for p in self.signature.buffers) or "none"
         return f"kernel `{self.name}` has no {what}; its buffers are: {have}"
 
-    def _threadgroup_offsets(self, sizes: Mapping[int | str, int] | None) -> tuple[dict[int, int],
-                                                                                   int]:
-        """Offsets of the ``[[threadgroup(n)]]`` arguments by index, and their total."""
+    def _threadgroup_sizes(self, sizes: Mapping[int | str, int] | None) -> dict[int, int]:
+        """Bytes of each ``[[threadgroup(n)]]`` argument, by index in increasing order."""
         params = self.signature.threadgroup_params
         given: dict[int, int] = {}
         for key, size in (sizes or {}).items():
-            p = next((q for q in params if key in (q.index, q.name)), None)
-            if p is None or isinstance(key, bool):
+            p = None if isinstance(key, bool) else next(
+                (q for q in params if key in (q.index, q.name)), None)
+            if p is None:
                 have = ", ".join(_describe(q) for q in params) or "none"
                 raise TypeError(f"kernel `{self.name}` has no threadgroup({key}) argument; "
                                 f"it has: {have}")
@@ -785,15 +791,12 @@ class Kernel:
             raise TypeError(f"kernel `{self.name}`: give the size in bytes of "
                             + ", ".join(_describe(p) for p in missing)
                             + " with threadgroup_memory={index: bytes}")
-        offsets, total = {}, 0
-        for index in sorted(given):
-            offsets[index] = total
-            total += given[index]
+        total = sum(given.values())
         if total > THREADGROUP_MEMORY_BYTES:
             raise ThreadgroupMemoryError(
                 self.name, f"its [[threadgroup(n)]] arguments take {total} bytes, more than "
                            f"the {THREADGROUP_MEMORY_BYTES} bytes (32 KiB) a threadgroup has")
-        return offsets, total
+        return dict(sorted(given.items()))
 
     # -- running ---------------------------------------------------------------------
 
@@ -820,37 +823,32 @@ class Kernel:
                     self.signature.max_threads or MAX_THREADS_PER_THREADGROUP)
         grid3, tg3 = _geometry(threadgroups, grid, threads_per_threadgroup, limit)
         bindings = self._bind(buffers)
-        offsets, tg_bytes = self._threadgroup_offsets(threadgroup_memory)
-        chosen = resolve_backend(backend or self.library.backend)
-        if chosen == "metal":
-            sizes = {p.index: b - a for p, a, b in self._threadgroup_spans(offsets, tg_bytes)}
+        sizes = self._threadgroup_sizes(threadgroup_memory)
+        if resolve_backend(backend or self.library.backend) == "metal":
             _run_on_metal(self, bindings, sizes, grid3, tg3)
         else:
-            self._run_on_sim(bindings, offsets, tg_bytes, grid3, tg3, timeout)
+            self._run_on_sim(bindings, sizes, grid3, tg3, timeout)
         written = [b for b in bindings if b.param.writable]
         return Outputs({b.param.name: b.array for b in written},
                        {b.param.name: b.dtype for b in written})
 
-    def _threadgroup_spans(self, offsets: dict[int, int], total: int):
-        ordered = sorted(offsets.items())
-        for k, (index, start) in enumerate(ordered):
-            end = ordered[k + 1][1] if k + 1 < len(ordered) else total
-            p = next(q for q in self.signature.threadgroup_params if q.index == index)
-            yield p, start, end
-
-    def _run_on_sim(self, bindings: list[_Binding], offsets: dict[int, int], tg_bytes: int,
+    def _run_on_sim(self, bindings: list[_Binding], threadgroup_sizes: dict[int, int],
                     grid: tuple[int, int, int], tg: tuple[int, int, int],
                     timeout: float | None) -> None:
         from .backends.sim import runtime
 
         library = self._compiled()
-        slots = _TG_SLOT_BASE + max(offsets, default=-1) + 1
+        slots = _TG_SLOT_BASE + max(threadgroup_sizes, default=-1) + 1
         table = (ctypes.c_void_p * slots)()
         for b in bindings:
             table[b.param.index] = b.array.ctypes.data if b.array.size else None
-        for index, offset in offsets.items():
+        # [[threadgroup(n)]] arguments sit at the start of threadgroup memory, in index
+        # order; the launcher adds the offset in slot n to the group's memory.
+        offset = 0
+        for index, size in threadgroup_sizes.items():
             table[_TG_SLOT_BASE + index] = offset
-        runtime.dispatch(library, self.name, table, grid, tg, tg_static_bytes=tg_bytes,
+            offset += size
+        runtime.dispatch(library, self.name, table, grid, tg, tg_static_bytes=offset,
                          timeout=timeout)
 
     # -- compiling for sim -----------------------------------------------------------
@@ -928,7 +926,11 @@ def _input_name(p: KernelParam) -> str:
 
 
 def _in_device_space(type_text: str) -> str:
-    return re.sub(r"\bconstant\b", "device", type_text)
+    """`type_text` with ``constant`` memory as read-only ``device`` memory."""
+    if not re.search(r"\bconstant\b", type_text):
+        return type_text
+    qualifier = "device" if re.search(r"\bconst\b", type_text) else "const device"
+    return re.sub(r"\bconstant\b", qualifier, type_text)
 
 
 def _attribute_value(p: KernelParam) -> str:
@@ -945,8 +947,9 @@ def _attribute_value(p: KernelParam) -> str:
     return f"{p.type_text}({source})"
 
 
-def _metal_template(kernel: Kernel) -> list[tuple[str, Any]]:
-    """The template arguments as ``mx.fast.metal_kernel`` takes them."""
+def _metal_template(kernel: Kernel) -> tuple[list[tuple[str, Any]], list[str]]:
+    """The template arguments given, as ``mx.fast.metal_kernel`` takes them, and body
+    lines declaring the parameters left to their defaults."""
     out: list[tuple[str, Any]] = []
     for param, text in zip(kernel.signature.template_params, kernel.template_args):
         if param.is_type:
@@ -958,7 +961,12 @@ def _metal_template(kernel: Kernel) -> list[tuple[str, Any]]:
             out.append((param.name, text == "true"))
         else:
             out.append((param.name, int(text, 0)))
-    return out
+    defaults = [
+        f"  using {p.name} = {p.default};" if p.is_type
+        else f"  constexpr {p.kind} {p.name} = {p.default};"
+        for p in kernel.signature.template_params[len(kernel.template_args):]
+    ]
+    return out, defaults
 
 
 def metal_wrapper(kernel: Kernel, bound: Sequence[str],
@@ -974,7 +982,7 @@ def metal_wrapper(kernel: Kernel, bound: Sequence[str],
     what it holds). `bound` names the bound buffers; `threadgroup_bytes` sizes the
     ``[[threadgroup(n)]]`` arguments by index.
     """
-    lines: list[str] = []
+    template, lines = _metal_template(kernel)
     inputs: list[str] = []
     for p in kernel.signature.params:
         ty = _in_device_space(p.type_text)
@@ -1008,7 +1016,7 @@ def metal_wrapper(kernel: Kernel, bound: Sequence[str],
         source="\n".join(lines) + "\n" + body,
         input_names=inputs,
         output_names=["__mtw_unused"],
-        template=_metal_template(kernel),
+        template=template,
     )
 
 
@@ -1021,6 +1029,9 @@ def _mlx_prelude_files() -> set[Path]:
         return set()
     utils = (root / "mlx" / "backend" / "metal" / "kernels" / "utils.h").resolve()
     return {utils, *_included_files(utils.read_text(), utils.parent, [root])}
+
+
+_PRAGMA_ONCE = re.compile(r"^[ \t]*#[ \t]*pragma[ \t]+once[ \t]*$", re.M)
 
 
 def _inline_includes(text: str, folder: Path | None, search_dirs: Sequence[Path]) -> str:
@@ -1040,11 +1051,11 @@ def _inline_includes(text: str, folder: Path | None, search_dirs: Sequence[Path]
             if path in seen:
                 return ""
             seen.add(path)
-            return expand(path.read_text(), path.parent)
+            return expand(_PRAGMA_ONCE.sub("", path.read_text()), path.parent)
 
         return _INCLUDE.sub(replace, current)
 
-    return expand(text, folder)
+    return expand(_PRAGMA_ONCE.sub("", text), folder)
 
 
 def _run_on_metal(kernel: Kernel, bindings: list[_Binding], threadgroup_bytes: dict[int, int],

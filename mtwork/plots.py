@@ -237,7 +237,7 @@ def roofline(
     hover = []
     for r, ai, perf in points:
         share = f"<br>{perf / roof(ai):.1%} of the roof" if roof is not None else ""
-        hover.append(f"{html.escape(repr(r.config))}<br>{ai:.3g} FLOP/byte<br>"
+        hover.append(f"{html.escape(str(r.config))}<br>{ai:.3g} FLOP/byte<br>"
                      f"{perf:.3g} FLOP/s{share}")
     fig.add_trace(
         go.Scatter(x=intensity, y=[p[2] for p in points], mode="markers", name="configurations",
@@ -367,7 +367,7 @@ def _short_label(objective: str, scale: TimeUnit) -> str:
 def _hover(r: Record, objective: str, scale: TimeUnit) -> str:
     v = r.value(objective)
     shown = scale.format(v) if scale.name else f"{v:.4g}"
-    text = f"{html.escape(repr(r.config))}<br>{objective}: {shown}"
+    text = f"{html.escape(str(r.config))}<br>{objective}: {shown}"
     if r.measurement is not None and r.measurement.unstable:
         text += f"<br>unstable (CV {r.measurement.cv:.1%})"
     return text

@@ -39,6 +39,7 @@ __all__ = [
     "function_constant_macros",
     "parse_source",
     "rewrite_function_constants",
+    "strip_msl_only_syntax",
     "type_info",
 ]
 
@@ -103,8 +104,8 @@ class KernelParam:
 
     def _attribute_text(self) -> str:
         if self.kind == "buffer":
-            gate = f", function_constant({self.function_constant})" if self.function_constant else ""
-            return f" [[buffer({self.index}){gate}]]"
+            gate = self.function_constant
+            return f" [[buffer({self.index})" + (f", function_constant({gate})]]" if gate else "]]")
         if self.kind == "threadgroup":
             return f" [[threadgroup({self.index})]]"
         return f" [[{self.attribute}]]" if self.attribute else ""
@@ -214,7 +215,6 @@ _KERNEL_HEAD = re.compile(
     rf"(?P<quals>(?:{_ATTRIBUTE_GROUP}\s*|\bkernel\s+)+)void\s+(?P<name>[A-Za-z_]\w*)\s*\("
 )
 _ATTRIBUTE_CONTENT = re.compile(r"\[\[((?:[^\[\]]|\[[^\[\]]*\])*)\]\]")
-_KERNEL_WORD = re.compile(r"^\s*kernel\s*$|\bkernel\s+$")
 
 
 def _attributes(text: str) -> list[str]:
@@ -262,10 +262,12 @@ def _parse_param(text: str) -> KernelParam | None:
     decl = _normalise(_ATTRIBUTE_CONTENT.sub(" ", text))
     if not decl:
         return None
-    m = re.match(r"^(?P<type>.*?)\s*\b(?P<name>[A-Za-z_]\w*)$", decl)
+    m = re.match(r"^(?P<type>.*?)\s*\b(?P<name>[A-Za-z_]\w*)\s*(?P<array>\[[^\]]*\])?$", decl)
     if not m or not m.group("type"):
         return KernelParam(decl, decl, "unsupported", attribute="unnamed parameter")
     name, type_text = m.group("name"), _normalise(m.group("type"))
+    if m.group("array"):
+        type_text += "*"  # `constant int s[2]` is bound, and passed, as a pointer
     kind: ParamKind | None = None
     index: int | None = None
     gate: str | None = None
@@ -496,6 +498,21 @@ def function_constant_macros(values: dict[str, tuple[str, str | None]]) -> str:
     "not set")) its value; an unset constant reads as zero and is not defined."""
     lines = []
     for name, (type_text, value) in sorted(values.items()):
-        lines.append(f"#define {value_macro(name)} {type_text}({value if value else ''})")
+        lines.append(f"#define {value_macro(name)} ({type_text})({value or 0})")
         lines.append(f"#define {defined_macro(name)} {'true' if value else 'false'}")
     return "\n".join(lines) + ("\n" if lines else "")
+
+
+_KERNEL_KEYWORD = re.compile(r"\bkernel(?=\s+void\b)")
+_THREADGROUP_ATTRIBUTE = re.compile(r"\[\[[^\[\]]*\bthreadgroup\s*\([^\[\]]*\]\]")
+
+
+def strip_msl_only_syntax(text: str) -> str:
+    """Blanks what C++ cannot read once the address spaces are empty macros: the
+    ``kernel`` qualifier (``kernel void f(...)``) and ``[[threadgroup(n)]]`` attributes."""
+    mask = code_without_directives(text)
+    spans = [m.span() for m in _KERNEL_KEYWORD.finditer(mask)]
+    spans += [m.span() for m in _THREADGROUP_ATTRIBUTE.finditer(mask)]
+    for a, b in sorted(spans, reverse=True):
+        text = text[:a] + " " * (b - a) + text[b:]
+    return text

@@ -71,6 +71,7 @@ from .timing import (
     Clock,
     Measurement,
     TimeUnit,
+    _text_table,
     bench,
     clock_for,
     output_arrays,
@@ -136,8 +137,11 @@ class Config(Mapping[str, Any]):
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Mapping) and dict(self) == dict(other)
 
-    def __repr__(self) -> str:
+    def __str__(self) -> str:
         return ", ".join(f"{k}={_value_text(v)}" for k, v in self._values.items())
+
+    def __repr__(self) -> str:
+        return f"Config({self})"
 
 
 def _unknown_message(names: Sequence[str], known: Mapping[str, Any] | Sequence[str]) -> str:
@@ -650,8 +654,6 @@ class SweepResult:
         return header, rows
 
     def __str__(self) -> str:
-        from .timing import _text_table
-
         header, rows = self._table()
         lines = self._headline() + [""] + _text_table(header, [c for c, _ in rows])
         if any(r.measurement is not None and r.measurement.unstable for r in self.records):

@@ -197,6 +197,7 @@ def bench(
     backend: str | None = None,
     name: str | None = None,
     cv_threshold: float = DEFAULT_CV_THRESHOLD,
+    setup: Callable[[], Any] | None = None,
     timer: Timer = time.perf_counter,
 ) -> Measurement:
     """Time `fn()`: `warmup` untimed calls, then `rounds` timed ones.
@@ -205,11 +206,13 @@ def bench(
     every `mx.array` it returns (in lists, tuples or dicts too) and, on `metal`,
     `mx.synchronize()`. `backend` (default: the default backend) picks the clock label;
     it does not move `fn` to that backend, so run the kernel there yourself (or time a
-    `mtwork.sweep.Launch`, which is run on it). `timer` is for tests.
+    `mtwork.sweep.Launch`, which is run on it). `setup()`, if given, runs untimed before
+    every call: flush caches, or restore an output a kernel updates in place (what
+    Triton's do_bench and `restore_value` do). `timer` is for tests.
     """
     _check_counts(warmup, rounds)
     clock = clock_for(backend)
-    call = _timed(_on_backend(fn, clock.backend), clock, timer)
+    call = _timed(_on_backend(fn, clock.backend), clock, timer, setup)
     for _ in range(warmup):
         call()
     samples = [call()[0] for _ in range(rounds)]
@@ -277,7 +280,7 @@ class Comparison:
         """Each variant's paired ratios against the baseline (the baseline's are all 1)."""
         base = self.round_times[self.baseline]
         return {
-            name: Ratio(tuple(b / t for b, t in zip(base, self.round_times[name])))
+            name: Ratio(tuple(_ratio(b, t) for b, t in zip(base, self.round_times[name])))
             for name in self.names
         }
 
@@ -339,6 +342,7 @@ def compare(
     backend: str | None = None,
     check: Literal["bitwise", "close"] | None = None,
     cv_threshold: float = DEFAULT_CV_THRESHOLD,
+    setup: Callable[[], Any] | None = None,
     timer: Timer = time.perf_counter,
 ) -> Comparison:
     """Time several variants in interleaved rounds and report paired speed-ups.
@@ -347,7 +351,7 @@ def compare(
     variants: A,B then B,A, ...), warm-up included. `baseline` defaults to the first
     variant. `check="bitwise"` (or "close", the dtype's tolerance band) also diffs every
     variant's outputs against the baseline's, as in a bitwise A/B of two kernel layouts.
-    Calls wait for their outputs as in `bench`.
+    Calls wait for their outputs, and `setup` runs before each, as in `bench`.
     """
     names = tuple(variants)
     if len(names) < 2:
@@ -359,7 +363,9 @@ def compare(
         raise ValueError(f"check must be None, 'bitwise' or 'close', not {check!r}")
     _check_counts(warmup, rounds)
     clock = clock_for(backend)
-    calls = {n: _timed(_on_backend(variants[n], clock.backend), clock, timer) for n in names}
+    calls = {
+        n: _timed(_on_backend(variants[n], clock.backend), clock, timer, setup) for n in names
+    }
 
     last_outputs: dict[str, Any] = {}
     for r in range(warmup):
@@ -391,6 +397,12 @@ def compare(
         check=check,
         agreement=agreement,
     )
+
+
+def _ratio(base: float, variant: float) -> float:
+    if variant > 0:
+        return base / variant
+    return 1.0 if base == variant else math.inf  # a timer too coarse to see the call
 
 
 def _rotation(names: tuple[str, ...], r: int) -> tuple[str, ...]:
@@ -441,8 +453,12 @@ def wait_for(outputs: Any, backend: str) -> None:
         mx.synchronize()
 
 
-def _timed(fn: Callable[[], Any], clock: Clock, timer: Timer) -> Callable[[], tuple[float, Any]]:
+def _timed(
+    fn: Callable[[], Any], clock: Clock, timer: Timer, setup: Callable[[], Any] | None
+) -> Callable[[], tuple[float, Any]]:
     def call() -> tuple[float, Any]:
+        if setup is not None:
+            wait_for(setup(), clock.backend)
         start = timer()
         outputs = fn()
         wait_for(outputs, clock.backend)

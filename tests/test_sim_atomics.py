@@ -313,6 +313,47 @@ def test_bitwise_fetch_operations() -> None:
     assert np.all(old >> 3 == 0)  # bits above 2 are never touched
 
 
+def test_bool_flag_elects_one_thread() -> None:
+    kernel = mtwork.metal_kernel(
+        "flag",
+        ["dummy"],
+        ["flag", "winners"],
+        """
+        bool was_set = atomic_exchange_explicit((device atomic_bool*)flag, true,
+                                                memory_order_relaxed);
+        if (!was_set)
+          atomic_fetch_add_explicit((device atomic_uint*)winners, 1u, memory_order_relaxed);
+        """,
+    )
+    flag, winners = run(kernel, [np.zeros(1, np.float32)], (GROUPS * 32, 1, 1), (32, 1, 1),
+                        [(1,), (1,)], [mx.bool_, mx.uint32], init_value=0)
+    assert flag[0] and winners[0] == 1
+
+
+def test_64_bit_min_and_max() -> None:
+    # Metal 2.4's atomic_ulong: min and max that return nothing.
+    kernel = mtwork.metal_kernel(
+        "ulong_minmax",
+        ["values"],
+        ["extremes"],
+        """
+        ulong v = values[thread_position_in_grid.x];
+        atomic_max_explicit((device atomic_ulong*)extremes, v, memory_order_relaxed);
+        atomic_min_explicit((device atomic_ulong*)extremes + 1, v, memory_order_relaxed);
+        """,
+    )
+    start = 2**40
+    rng = np.random.default_rng(6)
+    # Magnitudes from 2^32 to 2^62, so both ends pass the start and need all 64 bits.
+    powers = np.uint64(1) << rng.integers(32, 63, GROUPS * 32).astype(np.uint64)
+    values = powers + rng.integers(0, 2**31, GROUPS * 32).astype(np.uint64)
+    (extremes,) = run(kernel, [values], (values.size, 1, 1), (32, 1, 1), [(2,)], [mx.uint64],
+                      init_value=start)
+    assert values.min() < start < values.max()
+    assert extremes[0] == values.max()
+    assert extremes[1] == values.min()
+
+
 def test_mlx_atomic_header_compiles_and_runs() -> None:
     # MLX's own atomic.h: native float atomics, and the packed-in-uint path for half.
     rng = np.random.default_rng(5)

@@ -325,3 +325,19 @@ def test_threadgroup_memory_over_32_kib_is_an_error():
     """)
     with pytest.raises(mtwork.ThreadgroupMemoryError, match="32768"):
         kernel(**GOOD)
+
+
+def test_a_kernel_hiding_its_simd_calls_still_runs_correctly():
+    # The barrier-free fast path is chosen from the kernel's text; here the SIMD function's
+    # name is pasted together by the preprocessor, so the guess is wrong and the runtime
+    # must fall back to the general path with fresh outputs.
+    kernel = mtwork.metal_kernel("hidden_simd", ["a"], ["out"], """
+        uint i = thread_position_in_grid.x;
+        out[i] = CAT(simd, _sum)(a[i]);
+    """, header="#define CAT(x, y) x##y\n")
+    x = np.arange(64, dtype=np.float32)
+    for _ in range(2):
+        out = kernel(inputs=[x], grid=(64, 1, 1), threadgroup=(64, 1, 1),
+                     output_shapes=[(64,)], output_dtypes=[mx.float32])[0]
+        expected = np.repeat(x.reshape(2, 32).sum(axis=1), 32)
+        np.testing.assert_array_equal(np.array(out), expected)

@@ -507,6 +507,7 @@ DIVERGENT = """
   } else {
     halves[i] = 1000 * simd_sum(v);
   }
+  joined[i] = simd_sum(1);
   // Lane l runs l % 5 + 1 iterations: iteration k has the lanes with more than k left.
   int acc = 0;
   for (uint k = 0; k <= lane % 5; ++k) {
@@ -519,27 +520,28 @@ DIVERGENT = """
 
 def test_divergent_calls_reduce_over_the_lanes_at_each_call():
     """An if/else whose branches both call simd_sum, and a loop whose trip count depends
-    on the lane: each call reduces over the lanes that make it, and all lanes are back
-    together after the loop."""
+    on the lane: each call reduces over the lanes that make it, and after the if/else and
+    after the loop all 32 lanes are back together."""
     x = np.random.default_rng(9).integers(-100, 100, size=64).astype(np.int32)
-    kernel = sim_kernel("simd_divergent", ["x"], ["halves", "loop", "after"], DIVERGENT)
-    halves, loop, after = launch(
-        kernel, [mx.array(x)], [(64, mx.int32)] * 3, grid=64, tg=64
+    kernel = sim_kernel("simd_divergent", ["x"], ["halves", "joined", "loop", "after"],
+                        DIVERGENT)
+    halves, joined, loop, after = launch(
+        kernel, [mx.array(x)], [(64, mx.int32)] * 4, grid=64, tg=64
     )
     lane = np.arange(64) % 32
     groups = x.reshape(2, 32)
     low, high = groups[:, :12].sum(1), groups[:, 12:].sum(1)
     want_halves = np.where(lane < 12, np.repeat(low, 32), 1000 * np.repeat(high, 32))
     np.testing.assert_array_equal(halves, want_halves)
+    np.testing.assert_array_equal(joined, np.full(64, 32))
 
     trips = lane % 5 + 1
     want_loop = np.zeros(64, dtype=np.int64)
-    for g in range(2):
-        sl = slice(32 * g, 32 * g + 32)
-        for k in range(5):
-            inside = trips[sl] > k
-            total = (x[sl][inside] + k).sum()
-            want_loop[sl][inside] += total
+    for k in range(5):
+        for g in range(2):
+            lanes = np.arange(32 * g, 32 * g + 32)
+            inside = lanes[trips[lanes] > k]
+            want_loop[inside] += (x[inside] + k).sum()
     np.testing.assert_array_equal(loop, want_loop)
     np.testing.assert_array_equal(after, np.full(64, 32))
 
@@ -552,7 +554,7 @@ def test_types_metal_rejects_do_not_compile():
     through MLX's overloads) and simd_and takes integers."""
     body = """
   uint i = thread_position_in_grid.x;
-  out[i] = float(simd_sum(long(i)));
+  out[i] = float(simd_sum(long2(i, i)).x);
   out[i] += simd_and(float(i));
 """
     kernel = sim_kernel("simd_rejects", ["x"], ["out"], body)

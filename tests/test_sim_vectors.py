@@ -105,3 +105,24 @@ def test_bfloat16_from_mlx_prelude():
     assert out[0] == np.float32(b)
     assert out[1] == np.float32(mx.exp(mx.array(1.0, dtype=mx.bfloat16)).item())
     assert out[2] == out[0]
+
+
+def test_mlx_prelude_complex_limits_and_helpers():
+    kernel = mtwork.metal_kernel("prelude", ["z"], ["out", "lim"], """
+        uint i = thread_position_in_grid.x;
+        complex64_t w = z[i] * z[i] + complex64_t(1.0f, -1.0f);
+        out[i] = w;
+        if (i == 0) {
+            lim[0] = Limits<float>::max;
+            lim[1] = Limits<float>::finite_min;
+            lim[2] = float(Limits<int32_t>::max);
+            lim[3] = float(ceildiv(7, 2));
+        }
+    """)
+    z = np.array([1 + 2j, -0.5 + 0.25j, 3 - 1j], dtype=np.complex64)
+    out, lim = kernel(inputs=[z], grid=(3, 1, 1), threadgroup=(4, 1, 1),
+                      output_shapes=[(3,), (4,)], output_dtypes=[mx.complex64, mx.float32])
+    np.testing.assert_allclose(np.array(out), z * z + (1 - 1j), rtol=1e-6)
+    lim = np.array(lim)
+    assert lim[0] == np.inf and lim[1] == -np.finfo(np.float32).max
+    assert lim[2] == np.float32(2**31 - 1) and lim[3] == 4

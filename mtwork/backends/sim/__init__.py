@@ -9,6 +9,7 @@ import re
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import mlx.core as mx
 import numpy as np
@@ -153,37 +154,24 @@ def compile_body_kernel(gen: GeneratedSource, header: str, body: str, math_mode:
     return library
 
 
-def run_body_kernel(
-    gen: GeneratedSource,
-    *,
-    name: str,
-    header: str,
-    body: str,
-    math_mode: str,
-    inputs: Sequence[mx.array],
-    ensure_row_contiguous: bool,
-    output_shapes: Sequence[Sequence[int]],
-    output_dtypes: Sequence[mx.Dtype],
-    grid: tuple[int, int, int],
-    threadgroup: tuple[int, int, int],
-    init_value: float | None,
-    timeout: float | None,
-) -> list[mx.array]:
-    library = compile_body_kernel(gen, header, body, math_mode, name)
-    keep: list[np.ndarray] = []  # everything the buffer table points into
-    slots: dict[int, int] = {}
+def _input_views(inputs: Sequence[mx.array], ensure_row_contiguous: bool) -> list[np.ndarray]:
     views = []
     for arr in inputs:
         view = _numpy_view(arr)
         if ensure_row_contiguous or view.ndim == 0:
             view = np.ascontiguousarray(view)
         views.append(view)
-    outputs = [
-        _poison(dt, shape) if init_value is None else _filled(dt, shape, init_value)
-        for dt, shape in zip(output_dtypes, output_shapes)
-    ]
+    return views
+
+
+def _buffer_table(
+    params: Sequence[Param], views: Sequence[np.ndarray], outputs: Sequence[np.ndarray]
+) -> tuple[ctypes.Array, list[np.ndarray]]:
+    """The pointer table the launcher reads, and the arrays it points into (keep them)."""
+    keep: list[np.ndarray] = []
+    slots: dict[int, int] = {}
     output_index = 0
-    for p in gen.params:
+    for p in params:
         if p.kind == "attribute":
             continue
         if p.kind == "input":
@@ -203,11 +191,51 @@ def run_body_kernel(
     table = (ctypes.c_void_p * max(1, len(slots)))()
     for index, address in slots.items():
         table[index] = address
+    return table, keep
+
+
+# Libraries whose kernel turned out to block although its text looked barrier-free.
+_blocking: set[Path] = set()
+
+
+def run_body_kernel(
+    gen: GeneratedSource,
+    *,
+    name: str,
+    header: str,
+    body: str,
+    math_mode: str,
+    inputs: Sequence[mx.array],
+    ensure_row_contiguous: bool,
+    output_shapes: Sequence[Sequence[int]],
+    output_dtypes: Sequence[mx.Dtype],
+    grid: tuple[int, int, int],
+    threadgroup: tuple[int, int, int],
+    init_value: float | None,
+    timeout: float | None,
+) -> list[mx.array]:
+    library = compile_body_kernel(gen, header, body, math_mode, name)
+    views = _input_views(inputs, ensure_row_contiguous)
     clamped = tuple(min(t, g) for t, g in zip(threadgroup, grid))
-    runtime.dispatch(library, name, table, grid, clamped, timeout=timeout,
-                     barrier_free=is_barrier_free(header, body))
-    del keep
-    return [_to_mx(out, dt) for out, dt in zip(outputs, output_dtypes)]
+    barrier_free = library.path not in _blocking and is_barrier_free(header, body)
+    while True:
+        outputs = [
+            _poison(dt, shape) if init_value is None else _filled(dt, shape, init_value)
+            for dt, shape in zip(output_dtypes, output_shapes)
+        ]
+        table, keep = _buffer_table(gen.params, views, outputs)
+        try:
+            runtime.dispatch(library, name, table, grid, clamped, timeout=timeout,
+                             barrier_free=barrier_free)
+        except runtime.NeedsFibers:
+            # Blocking reached through a helper the text check cannot see: start again
+            # with fresh outputs on the general path, and remember it for next time.
+            _blocking.add(library.path)
+            barrier_free = False
+            continue
+        finally:
+            del keep
+        return [_to_mx(out, dt) for out, dt in zip(outputs, output_dtypes)]
 
 
 def _to_mx(out: np.ndarray, dtype: mx.Dtype) -> mx.array:

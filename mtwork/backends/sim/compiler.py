@@ -37,6 +37,9 @@ COMMON_FLAGS = (
     "-fdeclspec",
     "-fno-exceptions",
     "-fno-rtti",
+    # Every function convergent, as for GPU languages: the optimizer may not split a
+    # barrier or SIMD-group call into several call sites (jump threading does otherwise).
+    "-fconvergent-functions",
     "-nostdlib++",  # kernels and runtime use no C++ library: nothing for zig to build
     "-Wno-unknown-attributes",
     "-Wno-unknown-pragmas",

@@ -5,8 +5,10 @@ they replace), so compiler messages point at the author's own line numbers.
 
 - ``threadgroup T name[N];`` in a function body becomes a reference into the
   threadgroup's shared memory (``auto& name = __mtw_threadgroup_var<T[N]>();``).
-- Member functions overloaded only on an address space (``f() threadgroup`` beside
-  ``f() thread``) collapse to one: without address spaces they would be redefinitions.
+- Functions overloaded only on an address space (``f() threadgroup`` beside
+  ``f() thread``) and class specializations that differ only in one
+  (``pointer_element<device T*>``) collapse to one: without address spaces they would be
+  redefinitions.
 - Unsuffixed floating literals are ``float`` (Metal has no ``double``); ``1.0h`` is a
   ``half``.
 - Attributes on explicit instantiations (``template [[host_name("k")]] [[kernel]] ...``)
@@ -193,6 +195,47 @@ def _collapse_address_space_overloads(text: str) -> str:
     return text
 
 
+_SPECIALIZATION = re.compile(r"\b(?:struct|class)\s+\w+\s*<")
+
+
+def _collapse_address_space_specializations(text: str) -> str:
+    """Keeps one of each group of class specializations that differ only in address spaces
+    (`pointer_element<device T*>` beside `pointer_element<thread T*>`)."""
+    mask = code_mask(text)
+    groups: dict[tuple[int, str], list[tuple[int, int, int]]] = {}
+    for m in _SPECIALIZATION.finditer(mask):
+        close = m.end() - 1
+        depth = 0
+        for close in range(m.end() - 1, len(mask)):
+            depth += {"<": 1, ">": -1}.get(mask[close], 0)
+            if depth == 0:
+                break
+        args = mask[m.end() : close]
+        if not _ADDRESS_SPACE_WORD.search(args):
+            continue
+        body = re.match(r"\s*\{", mask[close + 1 :])
+        if not body:
+            continue
+        open_brace = close + 1 + body.end() - 1
+        end = _matching(mask, open_brace, "{", "}")
+        tail = re.match(r"\s*;", mask[end:])
+        end += tail.end() if tail else 0
+        start = _declaration_start(mask, m.start())
+        spaces = [w for w in _ADDRESS_SPACE_WORD.findall(args) if w != "thread"]
+        key = re.sub(r"\s+", " ", _ADDRESS_SPACE_WORD.sub(" ", mask[start:open_brace])).strip()
+        groups.setdefault((_enclosing_scope(mask, start), key), []).append(
+            (len(spaces), start, end)
+        )
+    removals = []
+    for defs in groups.values():
+        if len(defs) > 1:
+            keep = min(defs, key=lambda d: d[0])
+            removals += [(a, b) for d in defs if d is not keep for _, a, b in [d]]
+    for a, b in sorted(removals, reverse=True):
+        text = text[:a] + _same_lines(text[a:b], "") + text[b:]
+    return text
+
+
 _THREADGROUP_DECL = re.compile(r"(?<![\w.])threadgroup\s+(?!\s*[*&])")
 
 
@@ -309,6 +352,7 @@ def _strip_instantiation_attributes(text: str) -> tuple[str, dict[str, str]]:
 def rewrite_msl(text: str) -> Rewritten:
     """Applies every rewrite; see the module docstring."""
     text = _collapse_address_space_overloads(text)
+    text = _collapse_address_space_specializations(text)
     text = _rewrite_threadgroup_variables(text)
     text = _rewrite_literals(text)
     text, host_names = _strip_instantiation_attributes(text)

@@ -25,7 +25,12 @@ MAX_THREADS_PER_THREADGROUP = 1024
 DEFAULT_TIMEOUT_S = 120.0
 
 # Status codes of runtime/runtime.h.
-_OK, _RUNNING, _FAULT, _DEADLOCK, _TG_MEMORY, _CANCELLED, _KERNEL_ERROR, _SYSTEM = range(8)
+(_OK, _RUNNING, _FAULT, _DEADLOCK, _TG_MEMORY, _CANCELLED, _KERNEL_ERROR, _SYSTEM,
+ _NEEDS_FIBERS) = range(9)
+
+
+class NeedsFibers(Exception):
+    """A kernel dispatched as barrier-free blocked; run it again with barrier_free=False."""
 
 
 
@@ -149,6 +154,8 @@ def dispatch(
         used = rt.mtw_dispatch_tg_memory()
     if status == _OK:
         return used
+    if status == _NEEDS_FIBERS:
+        raise NeedsFibers(message)
     if timed_out or status == _CANCELLED:
         raise KernelTimeout(
             kernel_name,

@@ -41,8 +41,11 @@ MTW_INLINE void threadgroup_barrier(mem_flags flags) {
   mtw_threadgroup_barrier(uint32_t(flags));
 }
 
-// Memory fences need no code: a threadgroup's threads share one OS thread.
-MTW_INLINE void atomic_thread_fence(mem_flags, memory_order, thread_scope = thread_scope_device) {
+// A threadgroup's threads share one OS thread, so threadgroup fences need no code; device
+// memory is shared with threadgroups running on other cores.
+MTW_INLINE void atomic_thread_fence(mem_flags flags, memory_order,
+                                    thread_scope = thread_scope_device) {
+  if ((flags & mem_flags::mem_device) != mem_flags::mem_none) __atomic_thread_fence(5);
 }
 
 }  // namespace metal

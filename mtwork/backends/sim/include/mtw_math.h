@@ -1,39 +1,55 @@
-// metal:: math, common, integer, relational and geometric functions.
+// metal:: math, common, integer, relational and geometric functions, and the arithmetic
+// rules of the emulator.
 //
-// Each float function is first defined as a `__metal_name(x, mode)` builtin, the layer
-// MLX's bf16_math.h builds its bfloat overloads on; `metal::`, `metal::fast::` and
-// `metal::precise::` call it with their precision mode. float math uses the host's libm,
-// which is within Metal's precise ulp bounds (MSL spec, section 8); half math computes in
-// float and rounds once, as Apple's half ALU does. bfloat has no overloads here, like
-// Apple's stdlib: MLX's prelude adds them.
+// Precision. Each float function is first defined as a `__metal_name(x, mode)` builtin, the
+// layer MLX's bf16_math.h builds its bfloat overloads on; `metal::`, `metal::fast::` and
+// `metal::precise::` call it with their precision mode. float functions use the host's
+// libm (or double precision where libm has no float version), which is within Metal's
+// precise ulp bounds (MSL specification, section 8.4, table 8.1) and so within the fast
+// ones too; half functions compute in float and round once. bfloat has no overloads here,
+// like Apple's stdlib: MLX's prelude adds them (computing in float and rounding).
+//
+// Arithmetic rules, chosen where MSL leaves things undefined:
+// - float, half and bfloat `+ - * /` round after each operation. Metal's default (and
+//   MLX's) math mode "safe" does not fuse `a * b + c` into one rounding on the GPU, so the
+//   pragma below turns contraction off; "relaxed" and "fast" compile with
+//   -ffp-contract=fast (implied by -ffast-math), which overrides it, as those modes fuse.
+// - Integer arithmetic wraps (two's complement).
+// - Integer division or remainder by zero (and INT_MIN / -1) is undefined in MSL; here it
+//   stops the kernel with a KernelFault naming the thread.
+// - Shifts: MSL masks a vector shift count to the element width (mtw_vec.h); a scalar
+//   shift follows C++ (the operand is promoted; a count >= its width is undefined).
+// - float to integer conversion rounds toward zero (MSL 2.14); out-of-range values and NaN
+//   are undefined in MSL; the emulator saturates them and turns NaN into 0, as GPU
+//   conversion instructions do.
 #pragma once
 
 #include "mtw_vec.h"
 
-#define MTW_PI_F 3.14159265358979323846f
+#pragma clang fp contract(off)
 
-#define MTW_ELEMENTWISE1(name)                                              \
-  template <typename T, int N>                                              \
+#define MTW_ELEMENTWISE1(name)                                                \
+  template <typename T, int N>                                                \
   MTW_INLINE metal::vec<T, N> __metal_##name(metal::vec<T, N> x, int m = 0) { \
-    metal::vec<T, N> r;                                                     \
-    for (int i = 0; i < N; ++i) r[i] = __metal_##name(x[i], m);             \
-    return r;                                                               \
+    metal::vec<T, N> r;                                                       \
+    for (int i = 0; i < N; ++i) r[i] = __metal_##name(x[i], m);               \
+    return r;                                                                 \
   }
-#define MTW_ELEMENTWISE2(name)                                                           \
-  template <typename T, int N>                                                           \
-  MTW_INLINE metal::vec<T, N> __metal_##name(metal::vec<T, N> x, metal::vec<T, N> y,      \
-                                             int m = 0) {                                \
-    metal::vec<T, N> r;                                                                  \
-    for (int i = 0; i < N; ++i) r[i] = __metal_##name(x[i], y[i], m);                    \
-    return r;                                                                            \
+#define MTW_ELEMENTWISE2(name)                                                      \
+  template <typename T, int N>                                                      \
+  MTW_INLINE metal::vec<T, N> __metal_##name(metal::vec<T, N> x, metal::vec<T, N> y, \
+                                             int m = 0) {                           \
+    metal::vec<T, N> r;                                                             \
+    for (int i = 0; i < N; ++i) r[i] = __metal_##name(x[i], y[i], m);               \
+    return r;                                                                       \
   }
-#define MTW_ELEMENTWISE3(name)                                                           \
-  template <typename T, int N>                                                           \
-  MTW_INLINE metal::vec<T, N> __metal_##name(metal::vec<T, N> x, metal::vec<T, N> y,      \
-                                             metal::vec<T, N> z, int m = 0) {            \
-    metal::vec<T, N> r;                                                                  \
-    for (int i = 0; i < N; ++i) r[i] = __metal_##name(x[i], y[i], z[i], m);              \
-    return r;                                                                            \
+#define MTW_ELEMENTWISE3(name)                                                      \
+  template <typename T, int N>                                                      \
+  MTW_INLINE metal::vec<T, N> __metal_##name(metal::vec<T, N> x, metal::vec<T, N> y, \
+                                             metal::vec<T, N> z, int m = 0) {       \
+    metal::vec<T, N> r;                                                             \
+    for (int i = 0; i < N; ++i) r[i] = __metal_##name(x[i], y[i], z[i], m);         \
+    return r;                                                                       \
   }
 
 #define MTW_BUILTIN1(name, expr)                                                      \
@@ -55,6 +71,49 @@
   }                                                                                   \
   MTW_ELEMENTWISE3(name)
 
+namespace mtw_math {
+
+// sin(pi x), cos(pi x), tan(pi x) with exact argument reduction: x = k/2 + f, |f| <= 1/4
+// (exact in double), so integers and half-integers give exact zeros and infinities.
+enum class Pi { sin, cos, tan };
+template <Pi fn>
+MTW_INLINE float trig_pi(float x) {
+  if (!__builtin_isfinite(x)) return x - x;  // NaN
+  if (__builtin_fabsf(x) >= 0x1p23f) {       // an integer; even from 2^24 on
+    bool odd = __builtin_fabsf(x) < 0x1p24f && (long long)x % 2 != 0;
+    if (fn == Pi::cos) return odd ? -1.0f : 1.0f;
+    return __builtin_copysignf(0.0f, odd && fn == Pi::tan ? -x : x);
+  }
+  double half_turns = __builtin_rint(2.0 * double(x));
+  double f = double(x) - half_turns / 2;
+  long long k = (long long)half_turns;
+  int quadrant = int(k & 3);
+  double s = __builtin_sin(3.14159265358979323846 * f);
+  double c = __builtin_cos(3.14159265358979323846 * f);
+  if (fn == Pi::sin) {
+    double r = quadrant == 0 ? s : quadrant == 1 ? c : quadrant == 2 ? -s : -c;
+    return r == 0 ? __builtin_copysignf(0.0f, x) : float(r);
+  }
+  if (fn == Pi::cos) {
+    double r = quadrant == 0 ? c : quadrant == 1 ? -s : quadrant == 2 ? -c : s;
+    return r == 0 ? 0.0f : float(r);
+  }
+  if ((k & 1) == 0) {  // tan(pi f) near a multiple of pi
+    if (f == 0) return __builtin_copysignf(0.0f, (k & 2) ? -x : x);
+    return float(s / c);
+  }
+  if (f == 0) return (k & 2) ? -__builtin_inff() : __builtin_inff();  // n + 1/2
+  return float(-c / s);
+}
+
+MTW_INLINE float fract(float x) {
+  if (__builtin_isnan(x)) return x;
+  if (__builtin_isinf(x)) return __builtin_copysignf(0.0f, x);
+  return __builtin_fminf(x - __builtin_floorf(x), 0x1.fffffep-1f);
+}
+
+}  // namespace mtw_math
+
 MTW_BUILTIN1(acos, __builtin_acosf(x))
 MTW_BUILTIN1(acosh, __builtin_acoshf(x))
 MTW_BUILTIN1(asin, __builtin_asinf(x))
@@ -65,13 +124,13 @@ MTW_BUILTIN1(cbrt, __builtin_cbrtf(x))
 MTW_BUILTIN1(ceil, __builtin_ceilf(x))
 MTW_BUILTIN1(cos, __builtin_cosf(x))
 MTW_BUILTIN1(cosh, __builtin_coshf(x))
-MTW_BUILTIN1(cospi, float(__builtin_cos(3.14159265358979323846 * double(x))))
+MTW_BUILTIN1(cospi, mtw_math::trig_pi<mtw_math::Pi::cos>(x))
 MTW_BUILTIN1(exp, __builtin_expf(x))
 MTW_BUILTIN1(exp2, __builtin_exp2f(x))
 MTW_BUILTIN1(exp10, float(__builtin_pow(10.0, double(x))))
 MTW_BUILTIN1(fabs, __builtin_fabsf(x))
 MTW_BUILTIN1(floor, __builtin_floorf(x))
-MTW_BUILTIN1(fract, __builtin_fminf(x - __builtin_floorf(x), 0x1.fffffep-1f))
+MTW_BUILTIN1(fract, mtw_math::fract(x))
 MTW_BUILTIN1(log, __builtin_logf(x))
 MTW_BUILTIN1(log10, __builtin_log10f(x))
 MTW_BUILTIN1(log2, __builtin_log2f(x))
@@ -80,11 +139,11 @@ MTW_BUILTIN1(round, __builtin_roundf(x))
 MTW_BUILTIN1(rsqrt, float(1.0 / __builtin_sqrt(double(x))))
 MTW_BUILTIN1(sin, __builtin_sinf(x))
 MTW_BUILTIN1(sinh, __builtin_sinhf(x))
-MTW_BUILTIN1(sinpi, float(__builtin_sin(3.14159265358979323846 * double(x))))
+MTW_BUILTIN1(sinpi, mtw_math::trig_pi<mtw_math::Pi::sin>(x))
 MTW_BUILTIN1(sqrt, __builtin_sqrtf(x))
 MTW_BUILTIN1(tan, __builtin_tanf(x))
 MTW_BUILTIN1(tanh, __builtin_tanhf(x))
-MTW_BUILTIN1(tanpi, float(__builtin_tan(3.14159265358979323846 * double(x))))
+MTW_BUILTIN1(tanpi, mtw_math::trig_pi<mtw_math::Pi::tan>(x))
 MTW_BUILTIN1(trunc, __builtin_truncf(x))
 MTW_BUILTIN1(saturate, __builtin_fminf(__builtin_fmaxf(x, 0.0f), 1.0f))
 MTW_BUILTIN1(sign, x > 0.0f ? 1.0f : (x < 0.0f ? -1.0f : (x == x ? x : 0.0f)))
@@ -96,14 +155,13 @@ MTW_BUILTIN2(fmax, __builtin_fmaxf(x, y))
 MTW_BUILTIN2(fmin, __builtin_fminf(x, y))
 MTW_BUILTIN2(fmod, __builtin_fmodf(x, y))
 MTW_BUILTIN2(pow, __builtin_powf(x, y))
-MTW_BUILTIN2(powr, __builtin_powf(x, y))
+MTW_BUILTIN2(powr, x < 0.0f ? __builtin_nanf("") : __builtin_powf(x, y))
 MTW_BUILTIN2(step, y < x ? 0.0f : 1.0f)
 MTW_BUILTIN3(fma, __builtin_fmaf(x, y, z))
 MTW_BUILTIN3(fmax3, __builtin_fmaxf(__builtin_fmaxf(x, y), z))
 MTW_BUILTIN3(fmin3, __builtin_fminf(__builtin_fminf(x, y), z))
 MTW_BUILTIN3(fmedian3,
              __builtin_fmaxf(__builtin_fminf(x, y), __builtin_fminf(__builtin_fmaxf(x, y), z)))
-MTW_BUILTIN3(clamp, __builtin_fminf(__builtin_fmaxf(x, y), z))
 MTW_BUILTIN3(mix, x + (y - x) * z)
 MTW_BUILTIN3(smoothstep, ([&] {
                float t = __builtin_fminf(__builtin_fmaxf((z - x) / (y - x), 0.0f), 1.0f);
@@ -123,24 +181,21 @@ MTW_INLINE float __metal_frexp(float x, int* e) { return __builtin_frexpf(x, e);
 MTW_INLINE half __metal_frexp(half x, int* e) { return (half)__builtin_frexpf((float)x, e); }
 MTW_INLINE float __metal_ldexp(float x, int k, int = 0) { return __builtin_ldexpf(x, k); }
 MTW_INLINE half __metal_ldexp(half x, int k, int = 0) { return (half)__builtin_ldexpf(x, k); }
-// MLX's bf16_math.h calls these with bfloat computed in float.
-MTW_INLINE float __metal_max(float x, float y, int = 0) { return __builtin_fmaxf(x, y); }
-MTW_INLINE float __metal_min(float x, float y, int = 0) { return __builtin_fminf(x, y); }
 
 namespace metal {
 
 // Scalar/vector front ends in one precision mode. Integer and double arguments pick the
 // float overload, which is what Metal's implicit conversions do.
-#define MTW_FRONT1(name, mode)                                                         \
-  MTW_INLINE float name(float x) { return __metal_##name(x, mode); }                   \
-  MTW_INLINE half name(half x) { return __metal_##name(x, mode); }                     \
-  template <typename T, int N>                                                         \
-  MTW_INLINE vec<T, N> name(vec<T, N> x) {                                             \
-    return __metal_##name(x, mode);                                                    \
-  }                                                                                    \
+#define MTW_FRONT1(name, mode)                                                            \
+  MTW_INLINE float name(float x) { return __metal_##name(x, mode); }                      \
+  MTW_INLINE half name(half x) { return __metal_##name(x, mode); }                        \
+  template <typename T, int N>                                                            \
+  MTW_INLINE vec<T, N> name(vec<T, N> x) {                                                \
+    return __metal_##name(x, mode);                                                       \
+  }                                                                                       \
   template <typename S, typename = enable_if_t<is_integral_v<S> || is_same_v<S, double>>> \
-  MTW_INLINE float name(S x) {                                                         \
-    return __metal_##name(float(x), mode);                                             \
+  MTW_INLINE float name(S x) {                                                            \
+    return __metal_##name(float(x), mode);                                                \
   }
 #define MTW_FRONT2(name, mode)                                                          \
   MTW_INLINE float name(float x, float y) { return __metal_##name(x, y, mode); }        \
@@ -153,16 +208,58 @@ namespace metal {
   MTW_INLINE vec<T, N> name(vec<T, N> x, T y) {                                         \
     return __metal_##name(x, vec<T, N>(y), mode);                                       \
   }
-#define MTW_FRONT3(name, mode)                                                          \
+#define MTW_FRONT3(name, mode)                                                               \
   MTW_INLINE float name(float x, float y, float z) { return __metal_##name(x, y, z, mode); } \
-  MTW_INLINE half name(half x, half y, half z) { return __metal_##name(x, y, z, mode); } \
-  template <typename T, int N>                                                          \
-  MTW_INLINE vec<T, N> name(vec<T, N> x, vec<T, N> y, vec<T, N> z) {                    \
-    return __metal_##name(x, y, z, mode);                                               \
-  }                                                                                     \
-  template <typename T, int N>                                                          \
-  MTW_INLINE vec<T, N> name(vec<T, N> x, T y, T z) {                                    \
-    return __metal_##name(x, vec<T, N>(y), vec<T, N>(z), mode);                         \
+  MTW_INLINE half name(half x, half y, half z) { return __metal_##name(x, y, z, mode); }     \
+  template <typename T, int N>                                                               \
+  MTW_INLINE vec<T, N> name(vec<T, N> x, vec<T, N> y, vec<T, N> z) {                         \
+    return __metal_##name(x, y, z, mode);                                                    \
+  }                                                                                          \
+  template <typename T, int N>                                                               \
+  MTW_INLINE vec<T, N> name(vec<T, N> x, T y, T z) {                                         \
+    return __metal_##name(x, vec<T, N>(y), vec<T, N>(z), mode);                              \
+  }
+
+// Functions with an integer part (ldexp, frexp, ilogb, modf, sincos), per component.
+#define MTW_SPLIT_FUNCTIONS(mode)                                                         \
+  MTW_INLINE float ldexp(float x, int k) { return __metal_ldexp(x, k, mode); }            \
+  MTW_INLINE half ldexp(half x, int k) { return __metal_ldexp(x, k, mode); }              \
+  template <typename T, int N>                                                            \
+  MTW_INLINE vec<T, N> ldexp(vec<T, N> x, vec<int, N> k) {                                \
+    for (int i = 0; i < N; ++i) x[i] = __metal_ldexp(x[i], k[i], mode);                   \
+    return x;                                                                             \
+  }                                                                                       \
+  MTW_INLINE float frexp(float x, thread int& e) { return __metal_frexp(x, &e); }         \
+  MTW_INLINE half frexp(half x, thread int& e) { return __metal_frexp(x, &e); }           \
+  template <typename T, int N>                                                            \
+  MTW_INLINE vec<T, N> frexp(vec<T, N> x, thread vec<int, N>& e) {                        \
+    for (int i = 0; i < N; ++i) x[i] = __metal_frexp(x[i], &e[i]);                        \
+    return x;                                                                             \
+  }                                                                                       \
+  MTW_INLINE int ilogb(float x) { return __builtin_ilogbf(x); }                           \
+  MTW_INLINE int ilogb(half x) { return __builtin_ilogbf(float(x)); }                     \
+  template <typename T, int N>                                                            \
+  MTW_INLINE vec<int, N> ilogb(vec<T, N> x) {                                             \
+    vec<int, N> r;                                                                        \
+    for (int i = 0; i < N; ++i) r[i] = ilogb(x[i]);                                       \
+    return r;                                                                             \
+  }                                                                                       \
+  template <typename T, typename = enable_if_t<is_same_v<T, float> || is_same_v<T, half>>> \
+  MTW_INLINE T modf(T x, thread T& whole) {                                               \
+    whole = T(__builtin_truncf(float(x)));                                                \
+    return T(__builtin_copysignf(__builtin_isinf(float(x)) ? 0.0f : float(x - whole),     \
+                                 float(x)));                                              \
+  }                                                                                       \
+  template <typename T, int N>                                                            \
+  MTW_INLINE vec<T, N> modf(vec<T, N> x, thread vec<T, N>& whole) {                       \
+    for (int i = 0; i < N; ++i) x[i] = modf(x[i], whole[i]);                              \
+    return x;                                                                             \
+  }                                                                                       \
+  template <typename T, typename = enable_if_t<is_same_v<T, float> || is_same_v<T, half> || \
+                                               __is_vec_v<T>>>                            \
+  MTW_INLINE T sincos(T x, thread T& cosine) {                                            \
+    cosine = __metal_cos(x, mode);                                                        \
+    return __metal_sin(x, mode);                                                          \
   }
 
 #define MTW_MATH_FUNCTIONS(mode)                                                            \
@@ -183,16 +280,14 @@ namespace metal {
   MTW_FRONT2(step, mode) MTW_FRONT3(fma, mode) MTW_FRONT3(fmax3, mode)                     \
   MTW_FRONT3(fmin3, mode) MTW_FRONT3(fmedian3, mode) MTW_FRONT3(mix, mode)                 \
   MTW_FRONT3(smoothstep, mode)                                                              \
-  MTW_INLINE float ldexp(float x, int k) { return __metal_ldexp(x, k, mode); }             \
-  MTW_INLINE half ldexp(half x, int k) { return __metal_ldexp(x, k, mode); }               \
-  MTW_INLINE float frexp(float x, thread int& e) { return __metal_frexp(x, &e); }          \
-  MTW_INLINE half frexp(half x, thread int& e) { return __metal_frexp(x, &e); }            \
-  MTW_INLINE float modf(float x, thread float& i) {                                        \
-    i = __builtin_truncf(x);                                                               \
-    return __builtin_copysignf(__builtin_isinf(x) ? 0.0f : x - i, x);                      \
-  }                                                                                        \
+  MTW_SPLIT_FUNCTIONS(mode)                                                                 \
   MTW_INLINE float nextafter(float x, float y) { return __metal_nextafter(x, y); }         \
-  MTW_INLINE half nextafter(half x, half y) { return __metal_nextafter(x, y); }
+  MTW_INLINE half nextafter(half x, half y) { return __metal_nextafter(x, y); }            \
+  template <typename T, int N>                                                              \
+  MTW_INLINE vec<T, N> nextafter(vec<T, N> x, vec<T, N> y) {                                \
+    for (int i = 0; i < N; ++i) x[i] = __metal_nextafter(x[i], y[i]);                       \
+    return x;                                                                               \
+  }
 
 MTW_MATH_FUNCTIONS(__METAL_MAYBE_FAST_MATH__)
 namespace fast {
@@ -201,6 +296,8 @@ MTW_MATH_FUNCTIONS(__METAL_FAST_MATH__)
 namespace precise {
 MTW_MATH_FUNCTIONS(__METAL_PRECISE_MATH__)
 }
+#undef MTW_MATH_FUNCTIONS
+#undef MTW_SPLIT_FUNCTIONS
 
 // ---- common and integer functions shared by floats and integers ------------------------
 template <typename T, typename = enable_if_t<is_arithmetic_v<T>>>
@@ -216,7 +313,7 @@ MTW_INLINE T __scalar_min(T a, T b) {
 template <typename T, typename = enable_if_t<is_arithmetic_v<T>>>
 MTW_INLINE T __scalar_abs(T a) {
   if constexpr (is_floating_point_v<T>) return T(__builtin_fabsf(float(a)));
-  else if constexpr (is_signed_v<T>) return a < 0 ? T(-a) : a;
+  else if constexpr (is_signed_v<T>) return a < 0 ? T(0 - make_unsigned_t<T>(a)) : a;
   else return a;
 }
 
@@ -253,101 +350,125 @@ MTW_INLINE auto min(A a, B b) -> decltype(a + b) {
   return min(R(a), R(b));
 }
 
-#define MTW_VEC_ELEMENTWISE2(name)                                   \
+// Per-component versions of scalar functions (vector with vector, or vector with scalars).
+#define MTW_VEC_MAP1(name)                                           \
+  template <typename T, int N>                                       \
+  MTW_INLINE vec<T, N> name(vec<T, N> a) {                           \
+    for (int i = 0; i < N; ++i) a[i] = name(a[i]);                   \
+    return a;                                                        \
+  }
+#define MTW_VEC_MAP2(name)                                           \
   template <typename T, int N>                                       \
   MTW_INLINE vec<T, N> name(vec<T, N> a, vec<T, N> b) {              \
-    vec<T, N> r;                                                     \
-    for (int i = 0; i < N; ++i) r[i] = name(a[i], b[i]);             \
-    return r;                                                        \
+    for (int i = 0; i < N; ++i) a[i] = name(a[i], b[i]);             \
+    return a;                                                        \
   }                                                                  \
   template <typename T, int N>                                       \
   MTW_INLINE vec<T, N> name(vec<T, N> a, T b) {                      \
     return name(a, vec<T, N>(b));                                    \
   }
-MTW_VEC_ELEMENTWISE2(max)
-MTW_VEC_ELEMENTWISE2(min)
-template <typename T, int N>
-MTW_INLINE vec<T, N> abs(vec<T, N> a) {
-  vec<T, N> r;
-  for (int i = 0; i < N; ++i) r[i] = abs(a[i]);
-  return r;
-}
-template <typename T, int N>
-MTW_INLINE vec<T, N> clamp(vec<T, N> x, vec<T, N> lo, vec<T, N> hi) {
-  return min(max(x, lo), hi);
-}
-template <typename T, int N>
-MTW_INLINE vec<T, N> clamp(vec<T, N> x, T lo, T hi) {
-  return min(max(x, vec<T, N>(lo)), vec<T, N>(hi));
-}
+#define MTW_VEC_MAP3(name)                                           \
+  template <typename T, int N>                                       \
+  MTW_INLINE vec<T, N> name(vec<T, N> a, vec<T, N> b, vec<T, N> c) { \
+    for (int i = 0; i < N; ++i) a[i] = name(a[i], b[i], c[i]);       \
+    return a;                                                        \
+  }                                                                  \
+  template <typename T, int N>                                       \
+  MTW_INLINE vec<T, N> name(vec<T, N> a, T b, T c) {                 \
+    return name(a, vec<T, N>(b), vec<T, N>(c));                      \
+  }
+MTW_VEC_MAP1(abs)
+MTW_VEC_MAP2(max)
+MTW_VEC_MAP2(min)
+MTW_VEC_MAP3(max3)
+MTW_VEC_MAP3(min3)
+MTW_VEC_MAP3(median3)
+MTW_VEC_MAP3(clamp)
 
 // ---- integer functions ------------------------------------------------------------------
-template <typename T, typename = enable_if_t<is_integral_v<T>>>
-MTW_INLINE T popcount(T x) {
+#define MTW_INTEGER(T) template <typename T, typename = enable_if_t<is_integral_v<T>>>
+MTW_INTEGER(T) MTW_INLINE T popcount(T x) {
   return T(__builtin_popcountll((unsigned long long)(make_unsigned_t<T>)x));
 }
-template <typename T, typename = enable_if_t<is_integral_v<T>>>
-MTW_INLINE T clz(T x) {
+MTW_INTEGER(T) MTW_INLINE T clz(T x) {
   auto u = (make_unsigned_t<T>)x;
   return u == 0 ? T(__bits<T>) : T(__builtin_clzll((unsigned long long)u) - (64 - __bits<T>));
 }
-template <typename T, typename = enable_if_t<is_integral_v<T>>>
-MTW_INLINE T ctz(T x) {
+MTW_INTEGER(T) MTW_INLINE T ctz(T x) {
   auto u = (make_unsigned_t<T>)x;
   return u == 0 ? T(__bits<T>) : T(__builtin_ctzll((unsigned long long)u));
 }
-template <typename T, typename = enable_if_t<is_integral_v<T>>>
-MTW_INLINE T mulhi(T a, T b) {
+// The high half of the full product.
+MTW_INTEGER(T) MTW_INLINE T mulhi(T a, T b) {
   if constexpr (sizeof(T) == 8) {
     using W = conditional_t<is_signed_v<T>, __int128, unsigned __int128>;
     return T((W(a) * W(b)) >> 64);
   } else {
-    return T((long(a) * long(b)) >> __bits<T>);
+    using W = conditional_t<is_signed_v<T>, long, ulong>;
+    return T((W(a) * W(b)) >> __bits<T>);
   }
 }
-template <typename T, typename = enable_if_t<is_integral_v<T>>>
-MTW_INLINE T absdiff(T a, T b) {
-  return a > b ? T(a - b) : T(b - a);
+MTW_INTEGER(T) MTW_INLINE T madhi(T a, T b, T c) { return T(mulhi(a, b) + c); }
+// |a - b| without overflow: the bits of the unsigned difference.
+MTW_INTEGER(T) MTW_INLINE T absdiff(T a, T b) {
+  using U = make_unsigned_t<T>;
+  return a > b ? T(U(U(a) - U(b))) : T(U(U(b) - U(a)));
 }
-template <typename T, typename = enable_if_t<is_integral_v<T>>>
-MTW_INLINE T addsat(T a, T b) {
+MTW_INTEGER(T) MTW_INLINE T addsat(T a, T b) {
   T r;
   if (!__builtin_add_overflow(a, b, &r)) return r;
   return b > 0 ? numeric_limits<T>::max() : numeric_limits<T>::min();
 }
-template <typename T, typename = enable_if_t<is_integral_v<T>>>
-MTW_INLINE T subsat(T a, T b) {
+MTW_INTEGER(T) MTW_INLINE T subsat(T a, T b) {
   T r;
   if (!__builtin_sub_overflow(a, b, &r)) return r;
   return b < 0 ? numeric_limits<T>::max() : numeric_limits<T>::min();
 }
-template <typename T, typename = enable_if_t<is_integral_v<T>>>
-MTW_INLINE T hadd(T a, T b) {
-  return T((a >> 1) + (b >> 1) + (a & b & 1));
+// a * b + c, saturated: computed exactly in a wider type, then clamped.
+MTW_INTEGER(T) MTW_INLINE T madsat(T a, T b, T c) {
+  using W = conditional_t<is_signed_v<T>, __int128, unsigned __int128>;
+  W r = W(a) * W(b);
+  if constexpr (sizeof(T) == 8) {  // 128 bits hold the product, not always the sum
+    W s;
+    if (__builtin_add_overflow(r, W(c), &s))
+      return c > 0 ? numeric_limits<T>::max() : numeric_limits<T>::min();
+    r = s;
+  } else {
+    r += W(c);
+  }
+  if (r > W(numeric_limits<T>::max())) return numeric_limits<T>::max();
+  if (r < W(numeric_limits<T>::min())) return numeric_limits<T>::min();
+  return T(r);
 }
-template <typename T, typename = enable_if_t<is_integral_v<T>>>
-MTW_INLINE T rhadd(T a, T b) {
+// (a + b) >> 1 and (a + b + 1) >> 1 without overflow.
+MTW_INTEGER(T) MTW_INLINE T hadd(T a, T b) { return T((a >> 1) + (b >> 1) + (a & b & 1)); }
+MTW_INTEGER(T) MTW_INLINE T rhadd(T a, T b) {
   return T((a >> 1) + (b >> 1) + ((a | b) & 1));
 }
-template <typename T, typename = enable_if_t<is_integral_v<T>>>
-MTW_INLINE T mad24(T a, T b, T c) { return T(a * b + c); }
-template <typename T, typename = enable_if_t<is_integral_v<T>>>
-MTW_INLINE T mul24(T a, T b) { return T(a * b); }
-template <typename T, typename = enable_if_t<is_integral_v<T>>>
-MTW_INLINE T rotate(T v, T i) {
+// Metal's 24-bit multiplies take the low 24 bits of 32-bit operands; results of operands
+// outside that range are undefined, here they are the full product's low bits.
+MTW_INTEGER(T) MTW_INLINE T mul24(T a, T b) {
+  using U = make_unsigned_t<T>;
+  return T(ulong(U(a)) * ulong(U(b)));
+}
+MTW_INTEGER(T) MTW_INLINE T mad24(T a, T b, T c) {
+  using U = make_unsigned_t<T>;
+  return T(ulong(U(a)) * ulong(U(b)) + ulong(U(c)));
+}
+// Rotate left by i modulo the width.
+MTW_INTEGER(T) MTW_INLINE T rotate(T v, T i) {
   using U = make_unsigned_t<T>;
   unsigned s = unsigned(i) & (__bits<T> - 1);
-  return s == 0 ? v : T((U(v) << s) | (U(v) >> (__bits<T> - s)));
+  return s == 0 ? v : T(U(U(v) << s) | U(U(v) >> (__bits<T> - s)));
 }
-template <typename T, typename = enable_if_t<is_integral_v<T>>>
-MTW_INLINE T reverse_bits(T x) {
+MTW_INTEGER(T) MTW_INLINE T reverse_bits(T x) {
   using U = make_unsigned_t<T>;
   U u = U(x), r = 0;
   for (int i = 0; i < __bits<T>; ++i) r = U((r << 1) | ((u >> i) & 1));
   return T(r);
 }
-template <typename T, typename = enable_if_t<is_integral_v<T>>>
-MTW_INLINE T extract_bits(T x, uint offset, uint bits) {
+// Bits [offset, offset + bits) of x, sign-extended for signed types.
+MTW_INTEGER(T) MTW_INLINE T extract_bits(T x, uint offset, uint bits) {
   using U = make_unsigned_t<T>;
   if (bits == 0) return 0;
   U field = U(U(x) >> offset) & U(bits >= __bits<T> ? U(~U(0)) : U((U(1) << bits) - 1));
@@ -356,28 +477,60 @@ MTW_INLINE T extract_bits(T x, uint offset, uint bits) {
   }
   return T(field);
 }
-template <typename T, typename = enable_if_t<is_integral_v<T>>>
-MTW_INLINE T insert_bits(T base, T insert, uint offset, uint bits) {
+MTW_INTEGER(T) MTW_INLINE T insert_bits(T base, T insert, uint offset, uint bits) {
   using U = make_unsigned_t<T>;
-  U mask = bits >= __bits<T> ? U(~U(0)) : U(((U(1) << bits) - 1) << offset);
-  return T((U(base) & ~mask) | ((U(insert) << offset) & mask));
+  U mask = bits >= __bits<T> ? U(~U(0)) : U(U((U(1) << bits) - 1) << offset);
+  return T((U(base) & ~mask) | (U(U(insert) << offset) & mask));
+}
+#undef MTW_INTEGER
+MTW_VEC_MAP1(popcount)
+MTW_VEC_MAP1(clz)
+MTW_VEC_MAP1(ctz)
+MTW_VEC_MAP1(reverse_bits)
+MTW_VEC_MAP2(mulhi)
+MTW_VEC_MAP2(absdiff)
+MTW_VEC_MAP2(addsat)
+MTW_VEC_MAP2(subsat)
+MTW_VEC_MAP2(hadd)
+MTW_VEC_MAP2(rhadd)
+MTW_VEC_MAP2(mul24)
+MTW_VEC_MAP2(rotate)
+MTW_VEC_MAP3(madhi)
+MTW_VEC_MAP3(madsat)
+MTW_VEC_MAP3(mad24)
+template <typename T, int N>
+MTW_INLINE vec<T, N> extract_bits(vec<T, N> x, uint offset, uint bits) {
+  for (int i = 0; i < N; ++i) x[i] = extract_bits(x[i], offset, bits);
+  return x;
+}
+template <typename T, int N>
+MTW_INLINE vec<T, N> insert_bits(vec<T, N> base, vec<T, N> insert, uint offset, uint bits) {
+  for (int i = 0; i < N; ++i) base[i] = insert_bits(base[i], insert[i], offset, bits);
+  return base;
 }
 
 // ---- relational -------------------------------------------------------------------------
-MTW_INLINE bool isnan(float x) { return __builtin_isnan(x); }
-MTW_INLINE bool isnan(half x) { return __builtin_isnan(float(x)); }
-MTW_INLINE bool isnan(bfloat x) { return __builtin_isnan(float(x)); }
-MTW_INLINE bool isinf(float x) { return __builtin_isinf(x); }
-MTW_INLINE bool isinf(half x) { return __builtin_isinf(float(x)); }
-MTW_INLINE bool isinf(bfloat x) { return __builtin_isinf(float(x)); }
-MTW_INLINE bool isfinite(float x) { return __builtin_isfinite(x); }
-MTW_INLINE bool isfinite(half x) { return __builtin_isfinite(float(x)); }
-MTW_INLINE bool isfinite(bfloat x) { return __builtin_isfinite(float(x)); }
+#define MTW_FLOAT_PREDICATE(name, expr)                              \
+  MTW_INLINE bool name(float x) { return expr; }                     \
+  MTW_INLINE bool name(half x) { return name(float(x)); }            \
+  MTW_INLINE bool name(bfloat x) { return name(float(x)); }
+MTW_FLOAT_PREDICATE(isnan, __builtin_isnan(x))
+MTW_FLOAT_PREDICATE(isinf, __builtin_isinf(x))
+MTW_FLOAT_PREDICATE(isfinite, __builtin_isfinite(x))
+MTW_FLOAT_PREDICATE(signbit, __builtin_signbit(x))
+#undef MTW_FLOAT_PREDICATE
+// Normal in the argument's own format: half's smallest normal is 2^-14, bfloat's 2^-126.
 MTW_INLINE bool isnormal(float x) { return __builtin_isnormal(x); }
 MTW_INLINE bool isnormal(half x) { return __builtin_isnormal(x); }
-MTW_INLINE bool signbit(float x) { return __builtin_signbit(x); }
-MTW_INLINE bool signbit(half x) { return __builtin_signbit(float(x)); }
-MTW_INLINE bool signbit(bfloat x) { return __builtin_signbit(float(x)); }
+MTW_INLINE bool isnormal(bfloat x) { return __builtin_isnormal(float(x)); }
+template <typename T, typename = enable_if_t<is_floating_point_v<T>>>
+MTW_INLINE bool isordered(T x, T y) {
+  return x == x && y == y;
+}
+template <typename T, typename = enable_if_t<is_floating_point_v<T>>>
+MTW_INLINE bool isunordered(T x, T y) {
+  return !(x == x && y == y);
+}
 #define MTW_VEC_PREDICATE(name)                                      \
   template <typename T, int N>                                       \
   MTW_INLINE vec<bool, N> name(vec<T, N> x) {                        \
@@ -390,6 +543,19 @@ MTW_VEC_PREDICATE(isinf)
 MTW_VEC_PREDICATE(isfinite)
 MTW_VEC_PREDICATE(isnormal)
 MTW_VEC_PREDICATE(signbit)
+#undef MTW_VEC_PREDICATE
+template <typename T, int N>
+MTW_INLINE vec<bool, N> isordered(vec<T, N> x, vec<T, N> y) {
+  vec<bool, N> r;
+  for (int i = 0; i < N; ++i) r[i] = isordered(x[i], y[i]);
+  return r;
+}
+template <typename T, int N>
+MTW_INLINE vec<bool, N> isunordered(vec<T, N> x, vec<T, N> y) {
+  vec<bool, N> r;
+  for (int i = 0; i < N; ++i) r[i] = isunordered(x[i], y[i]);
+  return r;
+}
 
 MTW_INLINE bool all(bool x) { return x; }
 MTW_INLINE bool any(bool x) { return x; }
@@ -422,6 +588,7 @@ MTW_INLINE vec<T, N> select(vec<T, N> a, vec<T, N> b, bool c) {
 }
 
 // ---- geometric --------------------------------------------------------------------------
+// Products and sums in the element type, left to right, each rounded.
 template <typename T, int N>
 MTW_INLINE T dot(vec<T, N> a, vec<T, N> b) {
   T s = a[0] * b[0];
@@ -433,6 +600,8 @@ MTW_INLINE T length_squared(vec<T, N> a) { return dot(a, a); }
 template <typename T, int N>
 MTW_INLINE T length(vec<T, N> a) { return sqrt(dot(a, a)); }
 template <typename T, int N>
+MTW_INLINE T distance_squared(vec<T, N> a, vec<T, N> b) { return length_squared(a - b); }
+template <typename T, int N>
 MTW_INLINE T distance(vec<T, N> a, vec<T, N> b) { return length(a - b); }
 template <typename T, int N>
 MTW_INLINE vec<T, N> normalize(vec<T, N> a) { return a * rsqrt(dot(a, a)); }
@@ -440,6 +609,28 @@ template <typename T>
 MTW_INLINE vec<T, 3> cross(vec<T, 3> a, vec<T, 3> b) {
   return vec<T, 3>(a.y * b.z - a.z * b.y, a.z * b.x - a.x * b.z, a.x * b.y - a.y * b.x);
 }
+// n facing against i (dot(nref, i) < 0 keeps n).
+template <typename T, int N>
+MTW_INLINE vec<T, N> faceforward(vec<T, N> n, vec<T, N> i, vec<T, N> nref) {
+  return dot(nref, i) < T(0) ? n : -n;
+}
+// i reflected in the plane of unit normal n.
+template <typename T, int N>
+MTW_INLINE vec<T, N> reflect(vec<T, N> i, vec<T, N> n) {
+  return i - T(2) * dot(n, i) * n;
+}
+// i refracted at unit normal n with index ratio eta; zero on total internal reflection.
+template <typename T, int N>
+MTW_INLINE vec<T, N> refract(vec<T, N> i, vec<T, N> n, T eta) {
+  T d = dot(n, i);
+  T k = T(1) - eta * eta * (T(1) - d * d);
+  if (k < T(0)) return vec<T, N>(T(0));
+  return eta * i - (eta * d + sqrt(k)) * n;
+}
+
+#undef MTW_VEC_MAP1
+#undef MTW_VEC_MAP2
+#undef MTW_VEC_MAP3
 
 }  // namespace metal
 
@@ -452,6 +643,9 @@ using metal::max3;
 using metal::median3;
 using metal::min;
 using metal::min3;
+using metal::distance;
+using metal::length;
+using metal::normalize;
 }  // namespace fast
 namespace precise {
 using metal::abs;
@@ -461,5 +655,8 @@ using metal::max3;
 using metal::median3;
 using metal::min;
 using metal::min3;
+using metal::distance;
+using metal::length;
+using metal::normalize;
 }  // namespace precise
 }  // namespace metal

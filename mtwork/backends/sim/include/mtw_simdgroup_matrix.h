@@ -9,8 +9,9 @@
 // Loads, stores and products are SIMD-group collectives: the lanes meet, then one combine
 // call does the work of all of them. A product needs every lane's elements; loads and
 // stores go through the same meeting point because the group moves in lockstep on the
-// GPU: `simdgroup_load(m, p); simdgroup_store(m, p, 8, 0, true);` transposes a tile in
-// place there, which only works if no lane stores before every lane has loaded.
+// GPU: a load sees what every lane wrote just before it, and
+// `simdgroup_load(m, p); simdgroup_store(m, p, 8, 0, true);` transposes a tile in place,
+// which only works if no lane stores before every lane has loaded.
 #pragma once
 
 #include "mtw_simd.h"

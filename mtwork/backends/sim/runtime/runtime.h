@@ -30,6 +30,7 @@ enum mtw_status {
   MTW_CANCELLED = 5,      // stopped from outside (watchdog, interrupt)
   MTW_KERNEL_ERROR = 6,   // the kernel reported an error itself
   MTW_SYSTEM = 7,         // the runtime could not get memory or threads
+  MTW_NEEDS_FIBERS = 8,   // a kernel run as barrier-free blocked: run it on the general path
 };
 
 // Starts a dispatch; returns nonzero if another is running. One dispatch at a time.

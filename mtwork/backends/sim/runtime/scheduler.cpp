@@ -13,15 +13,13 @@ Worker* worker_of(Fiber* fiber) { return fiber->worker; }
 
 [[noreturn]] void fail(Worker* w, int status, const char* message);
 
-// Kernels classified barrier-free run without fibers to suspend; a blocking call there is
-// a misclassification, reported instead of corrupting state.
+// A kernel guessed barrier-free runs as plain loops with nothing to suspend; when it
+// blocks after all, the dispatch stops and the caller runs it again on the general path.
 void check_may_block(Worker* w, const char* what) {
   if (!w->group.barrier_free) return;
   char message[256];
-  snprintf(message, sizeof(message),
-           "%s called in a kernel run as barrier-free; set MTWORK_SIM_BARRIER_FREE=0 to "
-           "run every kernel on the general path, and report this kernel", what);
-  fail(w, MTW_KERNEL_ERROR, message);
+  snprintf(message, sizeof(message), "%s called in a kernel run as barrier-free", what);
+  fail(w, MTW_NEEDS_FIBERS, message);
 }
 
 [[noreturn]] void fail(Worker* w, int status, const char* message) {
