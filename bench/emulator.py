@@ -118,6 +118,30 @@ def bench_softmax(n: int, rounds: int) -> None:
            interleaved(emulator, numpy_softmax, rounds))
 
 
+def simd_collective_ns(simdgroups: int = 256, repeats: int = 200) -> float:
+    """Time of one simd_sum over a whole SIMD-group, from a loop of dependent reductions."""
+    k = mtwork.metal_kernel("bench_collective", ["inp"], ["out"], """
+        float x = inp[thread_position_in_grid.x];
+        for (int r = 0; r < R; ++r) x = simd_sum(x) * 0.03125f;
+        out[thread_position_in_grid.x] = x;
+    """)
+
+    def run(r: int) -> float:
+        x = mx.ones((simdgroups * 32,))
+        call = dict(inputs=[x], template=[("R", r)], grid=(simdgroups * 32, 1, 1),
+                    threadgroup=(256, 1, 1), output_shapes=[x.shape],
+                    output_dtypes=[mx.float32])
+        k(**call)
+        start = time.perf_counter()
+        k(**call)
+        return time.perf_counter() - start
+
+    cores = os.cpu_count() or 1
+    # Subtract the loop-free cost; cores run SIMD-groups in parallel, so scale back.
+    per = (run(repeats) - run(0)) / (repeats * simdgroups) * min(cores, simdgroups // 8)
+    return per * 1e9
+
+
 def first_compile_seconds() -> float:
     """A new process with an empty cache compiles one kernel: runtime, headers, kernel."""
     code = (
@@ -169,6 +193,9 @@ def main() -> None:
     bench_exp(args.size, args.rounds)
     bench_tree_sum(args.size, args.rounds)
     bench_softmax(args.size // 4, args.rounds)
+    ns = simd_collective_ns()
+    print(f"one SIMD-group collective (simd_sum of 32 lanes) {ns:8.0f} ns per core "
+          f"(target < 1000 ns: {'met' if ns < 1000 else 'NOT met'})")
     print()
     first = first_compile_seconds()
     print(f"first compile on an empty cache (new process)  {first:8.2f} s")

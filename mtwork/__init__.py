@@ -4,6 +4,7 @@
 Apple GPU through MLX, elsewhere on `sim`, a CPU emulator that runs the same MSL.
 """
 
+from . import plots
 from .backends import backends, default_backend
 from .errors import (
     BackendUnavailable,
@@ -15,8 +16,20 @@ from .errors import (
     MtworkError,
     ThreadgroupMemoryError,
 )
+from .families import KernelSpec, family_names, load_family
 from .kernel import MetalKernel, metal_kernel
 from .oracle import DiffReport, assert_bitwise_equal, assert_close, diff
+from .sweeps import (
+    Launch,
+    SweepError,
+    SweepInterrupted,
+    SweepResult,
+    divides,
+    sweep,
+    threadgroup_memory_under,
+    threads_per_threadgroup_under,
+)
+from .timing import Clock, Comparison, Measurement, bench, compare
 
 __version__ = "0.1.0"
 
@@ -27,6 +40,14 @@ __all__ = [
     "EmulatorUnavailable",
     "KernelDeadlock",
     "KernelFault",
+    "KernelSpec",
+    "Launch",
+    "Clock",
+    "Comparison",
+    "Measurement",
+    "SweepError",
+    "SweepInterrupted",
+    "SweepResult",
     "KernelTimeout",
     "MetalKernel",
     "MtworkError",
@@ -35,6 +56,15 @@ __all__ = [
     "assert_close",
     "backends",
     "default_backend",
+    "bench",
+    "compare",
     "diff",
+    "divides",
+    "family_names",
+    "load_family",
+    "plots",
+    "sweep",
+    "threadgroup_memory_under",
+    "threads_per_threadgroup_under",
     "metal_kernel",
 ]

@@ -1,6 +1,7 @@
 """The `mtwork` command: execute the kernel notebooks and publish HTML walkthroughs.
 
     mtwork run [NOTEBOOK ...] [-p NAME VALUE ...] [--backend B] [--out DIR]
+    mtwork kernels
     mtwork backends
 """
 
@@ -95,6 +96,17 @@ def _cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_kernels(_: argparse.Namespace) -> int:
+    from .families import family_names, load_family
+
+    for name in family_names():
+        family = load_family(name)
+        print(f"{name}: {getattr(family, 'DESCRIPTION', '')}")
+        for kernel_name, spec in family.KERNELS.items():
+            print(f"  {kernel_name:<28} {spec.description}")
+    return 0
+
+
 def _cmd_backends(_: argparse.Namespace) -> int:
     from .backends import backends, default_backend
 
@@ -114,6 +126,9 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--backend", choices=["metal", "sim"], help="backend for the kernels")
     run.add_argument("--out", default=str(DEFAULT_OUT), help="output folder (default: out)")
     run.set_defaults(handler=_cmd_run)
+    sub.add_parser("kernels", help="list the kernel families and their kernels").set_defaults(
+        handler=_cmd_kernels
+    )
     sub.add_parser("backends", help="which backends can run here").set_defaults(
         handler=_cmd_backends
     )

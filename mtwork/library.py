@@ -1,9 +1,11 @@
 """Full-source kernels: whole ``[[kernel]]`` functions from ``.metal`` or header files.
 
-    lib = mtwork.load_metal("kernels/scale.metal")
+    from mtwork.library import load_metal, new_buffer
+
+    lib = load_metal("kernels/scale.metal")
     print(lib)                                        # its kernels, constants, host names
     k = lib.kernel("scale", template=(mx.float32,), constants={"use_bias": True})
-    out = k(buffers={"x": x, "y": mtwork.new_buffer(x.shape), "n": x.size},
+    out = k(buffers={"x": x, "y": new_buffer(x.shape), "n": x.size},
             grid=(x.size,), threads_per_threadgroup=(256,))
     out["y"]                                          # numpy array
 
@@ -245,7 +247,7 @@ class Library:
                 self.function_constants.setdefault(c.name, c)
             for inst in parsed.instantiations:
                 self.host_names.setdefault(inst.host_name, inst)
-        self._compiled: dict[str, Any] = {}
+        self._sim_libraries: dict[str, Any] = {}  # by translation unit
         self._compile_lock = threading.Lock()
 
     @cached_property
@@ -712,8 +714,14 @@ class Kernel:
 
     def element_info(self, p: KernelParam) -> TypeInfo | None:
         """What `p` points at (or refers to), when it is a scalar or vector type."""
-        bare = KernelParam(p.name, self.param_type(p), p.kind, p.index)
-        return type_info(bare.element_type)
+        return self._element_infos[p.name]
+
+    @cached_property
+    def _element_infos(self) -> dict[str, TypeInfo | None]:
+        return {
+            p.name: type_info(KernelParam(p.name, self.param_type(p), p.kind).element_type)
+            for p in self.signature.params
+        }
 
     def is_present(self, p: KernelParam) -> bool | None:
         """Whether a ``[[function_constant(c)]]`` parameter exists in this compilation:
@@ -837,7 +845,7 @@ class Kernel:
                     timeout: float | None) -> None:
         from .backends.sim import runtime
 
-        library = self._compiled()
+        library = self._sim_library
         slots = _TG_SLOT_BASE + max(threadgroup_sizes, default=-1) + 1
         table = (ctypes.c_void_p * slots)()
         for b in bindings:
@@ -885,23 +893,24 @@ class Kernel:
     def compile(self) -> Kernel:
         """Compiles the kernel for sim now (a `CompileError` quotes the author's files and
         lines); dispatching compiles it otherwise. Returns the kernel."""
-        self._compiled()
+        self._sim_library  # noqa: B018 - compiles on first use
         return self
 
-    def _compiled(self):
+    @cached_property
+    def _sim_library(self):
         from .backends.sim import compiler, runtime
 
         lib = self.library
         tu = self.translation_unit()
         with lib._compile_lock:
-            hit = lib._compiled.get(tu)
+            hit = lib._sim_libraries.get(tu)
         if hit is not None:
             return hit
         path = compiler.compile_kernel(compiler.Translation(tu, ()), lib.math_mode, self.name,
                                        include_dirs=lib._tree.include_dirs)
         loaded = runtime.load(path)
         with lib._compile_lock:
-            lib._compiled[tu] = loaded
+            lib._sim_libraries[tu] = loaded
         return loaded
 
 

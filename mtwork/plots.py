@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .sweep import (
+from .sweeps import (
     TIME_OBJECTIVES,
     Config,
     Record,

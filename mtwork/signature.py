@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Literal
 
 import mlx.core as mx
@@ -72,27 +73,27 @@ class KernelParam:
     attribute: str = ""  # the thread attribute, or the unsupported attribute's text
     function_constant: str | None = None  # present only when this constant is true
 
-    @property
+    @cached_property
     def address_space(self) -> str | None:
         words = re.findall(r"\b\w+\b", self.type_text)
         return next((w for w in words if w in _ADDRESS_SPACES), None)
 
-    @property
+    @cached_property
     def is_pointer(self) -> bool:
         return _strip_top_const(self.type_text).endswith("*")
 
-    @property
+    @cached_property
     def is_reference(self) -> bool:
         return self.type_text.endswith("&")
 
-    @property
+    @cached_property
     def writable(self) -> bool:
         """A buffer the kernel may write: a ``device`` pointer or reference to non-const."""
         if self.kind != "buffer" or self.address_space != "device":
             return False
         return not re.search(r"\bconst\b", _strip_top_const(self.type_text))
 
-    @property
+    @cached_property
     def element_type(self) -> str:
         """The pointee type without qualifiers: ``const device T*`` -> ``T``."""
         text = _strip_top_const(self.type_text).rstrip("*&")
@@ -231,17 +232,16 @@ def _is_kernel(quals: str) -> bool:
     )
 
 
-def _template_params(mask: str, text: str, start: int) -> tuple[tuple[TemplateParam, ...], int]:
-    """The ``template <...>`` header ending just before `start`, and where it begins."""
+def _template_params(mask: str, start: int) -> tuple[TemplateParam, ...]:
+    """The parameters of the ``template <...>`` header ending just before `start`."""
     before = mask[:start].rstrip()
     if not before.endswith(">"):
-        return (), start
+        return ()
     open_angle = _matching_back(mask, len(before) - 1, "<", ">")
-    head = re.search(r"\btemplate\s*$", mask[:open_angle])
-    if not head:
-        return (), start
+    if not re.search(r"\btemplate\s*$", mask[:open_angle]):
+        return ()
     params = []
-    for part in _split_top_level(text[open_angle + 1 : len(before) - 1]):
+    for part in _split_top_level(mask[open_angle + 1 : len(before) - 1]):
         part = _normalise(part)
         if not part:
             continue
@@ -251,7 +251,7 @@ def _template_params(mask: str, text: str, start: int) -> tuple[tuple[TemplatePa
             continue
         params.append(TemplateParam(m.group("kind").strip(), m.group("name"),
                                     default.strip() or None))
-    return tuple(params), head.start()
+    return tuple(params)
 
 
 _BINDING = re.compile(r"^(buffer|threadgroup|function_constant)\s*\(\s*(\w+)\s*\)$")
@@ -322,7 +322,7 @@ def _kernels(text: str, mask: str, file: str) -> list[KernelSignature]:
         brace = close + after.end()
         body_end = _matching(mask, brace, "{", "}")
         params = [_parse_param(p) for p in _split_top_level(mask[open_paren + 1 : close - 1])]
-        template, _ = _template_params(mask, text, m.start())
+        template = _template_params(mask, m.start())
         max_threads = None
         for a in _attributes(m.group("quals")):
             mt = re.match(r"max_total_threads_per_threadgroup\s*\(\s*(\d+)\s*\)$", a)

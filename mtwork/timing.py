@@ -206,7 +206,7 @@ def bench(
     every `mx.array` it returns (in lists, tuples or dicts too) and, on `metal`,
     `mx.synchronize()`. `backend` (default: the default backend) picks the clock label;
     it does not move `fn` to that backend, so run the kernel there yourself (or time a
-    `mtwork.sweep.Launch`, which is run on it). `setup()`, if given, runs untimed before
+    `mtwork.sweeps.Launch`, which is run on it). `setup()`, if given, runs untimed before
     every call: flush caches, or restore an output a kernel updates in place (what
     Triton's do_bench and `restore_value` do). `timer` is for tests.
     """
@@ -469,7 +469,7 @@ def _timed(
 
 def _on_backend(fn: Callable[[], Any], backend: str) -> Callable[[], Any]:
     """A `Launch` is run on the clock's backend, so the label is true for it."""
-    from .sweep import Launch  # sweep imports this module
+    from .sweeps import Launch  # sweep imports this module
 
     if isinstance(fn, Launch):
         return lambda: fn(backend=backend)

@@ -219,6 +219,31 @@ def test_new_buffers_start_poisoned_on_sim():
     assert np.isnan(out["out"][1::2]).all()
 
 
+def test_struct_and_vector_arguments():
+    lib = load_metal("""#include <metal_stdlib>
+using namespace metal;
+struct Params { uint n; float scale; };
+[[kernel]] void affine(device float2* out [[buffer(0)]],
+                       constant Params& p [[buffer(1)]],
+                       constant float2& offset [[buffer(2)]],
+                       uint i [[thread_position_in_grid]]) {
+  if (i < p.n) out[i] = float2(i) * p.scale + offset;
+}""")
+    params = np.array((5, 0.5), dtype=[("n", "<u4"), ("scale", "<f4")])
+    out = lib.kernel("affine")(buffers=[new_buffer(6), params, (1.0, -1.0)],
+                               grid=6, threads_per_threadgroup=4)
+    assert out["out"].shape == (6, 2)  # a new buffer of float2 gets a lane axis
+    np.testing.assert_array_equal(out["out"][:5, 0], np.arange(5) * 0.5 + 1)
+    np.testing.assert_array_equal(out["out"][:5, 1], np.arange(5) * 0.5 - 1)
+    assert np.isnan(out["out"][5]).all()  # not written: still poison
+    with pytest.raises(TypeError, match="takes 2 value"):
+        lib.kernel("affine")(buffers=[new_buffer(6), params, 1.0], grid=6,
+                             threads_per_threadgroup=4)
+    with pytest.raises(TypeError, match="is a struct: pass its bytes"):
+        lib.kernel("affine")(buffers=[new_buffer(6), 5, (1.0, -1.0)], grid=6,
+                             threads_per_threadgroup=4)
+
+
 def test_kernel_qualifier_form_and_source_strings():
     lib = load_metal("""#include <metal_stdlib>
 using namespace metal;
@@ -258,7 +283,8 @@ def test_mlx_softmax_kernel_matches_mx_softmax():
     assert k.template_values == {"T": "float", "AccT": "float", "N_READS": "SOFTMAX_N_READS"}
     rows, n = 5, 300
     x = np.random.default_rng(4).standard_normal((rows, n)).astype(np.float32) * 4
-    simdgroups = -(-(-(-n // 4)) // 32)
+    threads = (n + 3) // 4
+    simdgroups = (threads + 31) // 32
     out = k(buffers=[x, new_buffer(x.shape), n], threadgroups=rows,
             threads_per_threadgroup=32 * simdgroups)
     expected = np.exp(x - x.max(axis=1, keepdims=True))

@@ -8,12 +8,18 @@ import pytest
 from mtwork.cli import main, run_notebook
 
 NOTEBOOKS = sorted((Path(__file__).parent.parent / "notebooks").glob("*.ipynb"))
-SMALL = {"quickstart.ipynb": {"rows": 8, "cols": 256}}
+
+
+def ci_parameters(notebook: Path) -> dict:
+    """The small parameters a notebook declares for CI, in its metadata (mtwork.ci)."""
+    import nbformat
+
+    return dict(nbformat.read(notebook, as_version=4).metadata.get("mtwork", {}).get("ci", {}))
 
 
 @pytest.mark.parametrize("notebook", NOTEBOOKS, ids=lambda p: p.stem)
 def test_notebook_executes_and_exports_html_with_figures(notebook, tmp_path):
-    html = run_notebook(notebook, tmp_path, {"backend": "sim", **SMALL.get(notebook.name, {})})
+    html = run_notebook(notebook, tmp_path, {"backend": "sim", **ci_parameters(notebook)})
     text = html.read_text()
     assert "plotly-graph-div" in text and "Plotly.newPlot" in text
     assert "Traceback" not in text

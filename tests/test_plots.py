@@ -10,7 +10,7 @@ import plotly.io as pio
 import pytest
 
 from mtwork import plots
-from mtwork.sweep import Config, Record, SweepError, SweepResult
+from mtwork.sweeps import Config, Record, SweepError, SweepResult
 from mtwork.timing import Clock, Comparison, Measurement
 
 SIM_LABEL = "emulator CPU time (sim) — not GPU speed"

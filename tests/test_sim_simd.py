@@ -207,7 +207,7 @@ class Batch:
             self.expected[out].append((f"{label}[{c}]", values))
 
     def body(self) -> str:
-        return f"  uint i = thread_position_in_grid.x;\n  if (gone[i]) return;\n" + "\n".join(
+        return "  uint i = thread_position_in_grid.x;\n  if (gone[i]) return;\n" + "\n".join(
             self.lines
         )
 

@@ -11,7 +11,7 @@ import pytest
 
 import mtwork
 from mtwork.oracle import diff
-from mtwork.sweep import (
+from mtwork.sweeps import (
     Launch,
     OracleError,
     SweepError,
@@ -209,6 +209,10 @@ def test_cache_file_is_json_lines_and_survives_a_cut_line(tmp_path) -> None:
                    progress=False)
     assert [r.cached for r in second.records] == [True, True, False]
     assert all(json.loads(line) for line in cache.read_text().splitlines()[-1:])
+    # Inputs of another shape are another problem: nothing is reused.
+    longer = sweep(quick_build, space, inputs=[np.arange(5.0)], oracle=identity, cache=cache,
+                   rounds=2, progress=False)
+    assert not any(r.cached for r in longer.records)
 
 
 def test_cache_key_follows_the_kernel_source() -> None:

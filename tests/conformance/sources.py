@@ -9,8 +9,10 @@ headers its wheel ships; kernels that mlx-lm and mlx-audio write with
 from __future__ import annotations
 
 import importlib.util
+from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
+from typing import Any, NamedTuple
 
 import mlx.core as mx
 import pytest
@@ -52,7 +54,32 @@ def _spec(qualified_name: str) -> importlib.machinery.ModuleSpec:
     return spec
 
 
-def rebuilt_module(qualified_name: str, monkeypatch: pytest.MonkeyPatch) -> ModuleType:
+class Dispatches(list):
+    """Names of the kernels a rebuilt module dispatched, in order (MLX's `name=`)."""
+
+
+class Rebuilt(NamedTuple):
+    module: ModuleType
+    dispatches: Dispatches
+
+
+def _recording(make: Callable[..., mtwork.MetalKernel],
+               log: Dispatches) -> Callable[..., Callable[..., Any]]:
+    """`make` (a metal_kernel factory) whose kernels note each dispatch in `log`."""
+
+    def factory(*args: Any, **kwargs: Any) -> Callable[..., Any]:
+        kernel = make(*args, **kwargs)
+
+        def dispatch(*call: Any, **options: Any) -> Any:
+            log.append(kernel.name)
+            return kernel(*call, **options)
+
+        return dispatch
+
+    return factory
+
+
+def rebuilt_module(qualified_name: str, monkeypatch: pytest.MonkeyPatch) -> Rebuilt:
     """A fresh copy of an installed module whose kernels are mtwork kernels.
 
     The module's own file is executed again (its parent package is imported as usual,
@@ -62,12 +89,15 @@ def rebuilt_module(qualified_name: str, monkeypatch: pytest.MonkeyPatch) -> Modu
     copy is not put in `sys.modules`; the installed module stays as it was. The patches
     last for the test (the module's dispatch code may ask `mx.metal.is_available()` too);
     `MTWORK_BACKEND` is pinned to `sim` so that answer does not send mtwork to Metal.
+    The returned `dispatches` lists the kernels run, so a test can tell that a result
+    came from a kernel and a reference did not.
     """
     spec = _spec(qualified_name)
+    log = Dispatches()
     monkeypatch.setenv("MTWORK_BACKEND", "sim")
-    monkeypatch.setattr(mx.fast, "metal_kernel", mtwork.metal_kernel)
+    monkeypatch.setattr(mx.fast, "metal_kernel", _recording(mtwork.metal_kernel, log))
     monkeypatch.setattr(mx.metal, "is_available", lambda: True)
     module = importlib.util.module_from_spec(spec)
     assert spec.loader is not None
     spec.loader.exec_module(module)
-    return module
+    return Rebuilt(module, log)

@@ -23,8 +23,8 @@ def rng() -> np.random.Generator:
     return np.random.default_rng(RNG_SEED)
 
 
-def as_numpy(x: mx.array) -> np.ndarray:
-    return np.array(x.astype(mx.float32)) if x.dtype == mx.bfloat16 else np.array(x)
+def name(dtype: mx.Dtype) -> str:
+    return str(dtype).removeprefix("mlx.core.")
 
 
 # --- softmax.h: SIMD reductions and threadgroup memory -----------------------------------
@@ -45,7 +45,7 @@ def test_softmax_single_row(agreement, dtype, acc, axis) -> None:
     out = kernel(buffers={"in": x, "out": new_buffer(x.shape), "axis_size": axis},
                  threadgroups=(x.shape[0],), threads_per_threadgroup=(threads,))
     expected = mx.softmax(x, axis=-1, precise=True)
-    agreement(f"softmax_single_row<{dtype}>", MLX, out.mx("out"), expected)
+    agreement(f"softmax_single_row<{name(dtype)}>", MLX, out.mx("out"), expected)
 
 
 def test_softmax_looped(agreement) -> None:
@@ -152,7 +152,8 @@ def test_affine_qmv_fast(agreement) -> None:
     w = mx.array(g.standard_normal((n, k)), dtype=mx.float32)
     x = mx.array(g.standard_normal((m, k)), dtype=mx.float32)
     wq, scales, biases = mx.quantize(w, group_size=group_size, bits=bits)
-    lib = mlx_header("quantized.h", before=("quantized_utils.h",))
+    # As MLX's quantized.metal: the steel GEMM headers (for qmm), then the quantized ones.
+    lib = mlx_header("quantized.h", before=("steel/gemm/gemm.h", "quantized_utils.h"))
     kernel = lib.kernel("affine_qmv_fast", template=(mx.float32, group_size, bits, False))
     none = np.zeros(1, np.int32)
     out = kernel(
@@ -220,7 +221,7 @@ def test_arange(agreement, dtype) -> None:
     out = kernel(buffers=[start, step, new_buffer((size,))], grid=(size,),
                  threads_per_threadgroup=(64,))
     expected = mx.arange(start, start + size * step, step, dtype=dtype)
-    agreement(f"arange<{dtype}>", MLX, out.mx("out"), expected)
+    agreement(f"arange<{name(dtype)}>", MLX, out.mx("out"), expected)
 
 
 # --- gated_delta_update.h: chunked WY form on simdgroup_matrix, and the sequential form --

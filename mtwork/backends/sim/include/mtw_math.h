@@ -106,10 +106,11 @@ MTW_INLINE float trig_pi(float x) {
   return float(-c / s);
 }
 
-MTW_INLINE float fract(float x) {
+// x - floor(x), kept below 1 in the result's format (`below_one` is its largest value < 1).
+MTW_INLINE float fract(float x, float below_one) {
   if (__builtin_isnan(x)) return x;
   if (__builtin_isinf(x)) return __builtin_copysignf(0.0f, x);
-  return __builtin_fminf(x - __builtin_floorf(x), 0x1.fffffep-1f);
+  return __builtin_fminf(x - __builtin_floorf(x), below_one);
 }
 
 }  // namespace mtw_math
@@ -130,7 +131,6 @@ MTW_BUILTIN1(exp2, __builtin_exp2f(x))
 MTW_BUILTIN1(exp10, float(__builtin_pow(10.0, double(x))))
 MTW_BUILTIN1(fabs, __builtin_fabsf(x))
 MTW_BUILTIN1(floor, __builtin_floorf(x))
-MTW_BUILTIN1(fract, mtw_math::fract(x))
 MTW_BUILTIN1(log, __builtin_logf(x))
 MTW_BUILTIN1(log10, __builtin_log10f(x))
 MTW_BUILTIN1(log2, __builtin_log2f(x))
@@ -168,6 +168,11 @@ MTW_BUILTIN3(smoothstep, ([&] {
                return t * t * (3.0f - 2.0f * t);
              })())
 
+MTW_INLINE float __metal_fract(float x, int = 0) { return mtw_math::fract(x, 0x1.fffffep-1f); }
+MTW_INLINE half __metal_fract(half x, int = 0) {
+  return (half)mtw_math::fract(float(x), 0x1.ffcp-1f);
+}
+MTW_ELEMENTWISE1(fract)
 MTW_INLINE float __metal_nextafter(float x, float y) { return __builtin_nextafterf(x, y); }
 MTW_INLINE half __metal_nextafter(half x, half y) {
   if (x != x || y != y) return x + y;

@@ -34,9 +34,10 @@ an empty space, an oracle that raises before anything ran) raise `SweepError`.
 
 With `cache=path` every finished configuration is appended to a JSON-lines file at
 once, keyed by a hash of the sweep's identity (by default the source of `build`, of the
-kernels and strings it refers to, and of the oracle; or `key=`), the backend, the
-timing settings and the configuration. A sweep stopped with Ctrl-C keeps what it
-finished and the same call resumes; a repeated sweep is served from the file.
+kernels and strings it refers to, and of the oracle; or `key=`), the inputs' shapes and
+dtypes, the backend, the timing settings and the configuration. A sweep stopped with
+Ctrl-C keeps what it finished and the same call resumes; a repeated sweep is served from
+the file.
 """
 
 from __future__ import annotations
@@ -778,6 +779,16 @@ def _global_names(code: types.CodeType) -> Iterator[str]:
             yield from _global_names(const)
 
 
+def _inputs_signature(inputs: Sequence[Any]) -> list[str]:
+    """Shapes and dtypes of the inputs (not their values: hashing those would make
+    every fresh random input a cache miss)."""
+    signature = []
+    for x in inputs:
+        shape, dtype = getattr(x, "shape", None), getattr(x, "dtype", None)
+        signature.append(repr(x) if shape is None else f"{tuple(shape)} {dtype}")
+    return signature
+
+
 def _record_key(identity: str, backend: str, rounds: int, warmup: int, config: Config) -> str:
     text = json.dumps([identity, backend, rounds, warmup, _canonical(config)])
     return hashlib.sha256(text.encode()).hexdigest()[:32]
@@ -1010,7 +1021,8 @@ def sweep(
     if budget is not None:
         plan = plan[:budget]
 
-    identity = key if key is not None else _identity(build, oracle)
+    identity = json.dumps([key if key is not None else _identity(build, oracle),
+                           _inputs_signature(inputs)])
     cache_file = None if cache is None else _CacheFile(cache)
     runner = _Runner(build, list(inputs), oracle, dict(diff_options or {}), metrics, clock,
                      rounds, warmup)
