@@ -18,6 +18,7 @@ from .errors import (
 )
 from .families import KernelSpec, family_names, load_family
 from .kernel import MetalKernel, metal_kernel
+from .library import Kernel, Library, Outputs, load_metal, new_buffer
 from .oracle import DiffReport, assert_bitwise_equal, assert_close, diff
 from .sweeps import (
     Launch,
@@ -41,6 +42,9 @@ __all__ = [
     "KernelDeadlock",
     "KernelFault",
     "KernelSpec",
+    "Kernel",
+    "Library",
+    "Outputs",
     "Launch",
     "Clock",
     "Comparison",
@@ -62,6 +66,8 @@ __all__ = [
     "divides",
     "family_names",
     "load_family",
+    "load_metal",
+    "new_buffer",
     "plots",
     "sweep",
     "threadgroup_memory_under",

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
 from typing import Any
 
 import mlx.core as mx
 
-from . import dtypes, source
+from . import dtypes, sanitizer, source
 from .backends import metal as metal_backend
 from .backends import resolve as resolve_backend
 
@@ -66,7 +67,9 @@ def _check_stream(stream: Any) -> None:
 
 class MetalKernel:
     """A kernel in MLX's body form. Call it as you would call `mx.fast.metal_kernel`'s
-    result; `backend=` ('metal' or 'sim') and `timeout=` (seconds, sim only) are extras."""
+    result; extras: `backend=` ('metal' or 'sim'), `timeout=` (seconds, sim only) and
+    `sanitize=` (True or 'warn': run on sim with every access checked, see
+    mtwork.sanitizer)."""
 
     def __init__(
         self,
@@ -94,6 +97,7 @@ class MetalKernel:
         self.atomic_outputs = atomic_outputs
         self.compile_options = compile_options
         self.backend = backend
+        self.last_sanitizer_report: sanitizer.SanitizerReport | None = None
 
     def __repr__(self) -> str:
         return (
@@ -132,6 +136,7 @@ class MetalKernel:
         stream: Any = None,
         backend: str | None = None,
         timeout: float | None = None,
+        sanitize: bool | str | None = None,
     ) -> list[mx.array]:
         source.check_call_sizes(
             self.input_names, self.output_names, inputs, output_shapes, output_dtypes
@@ -151,7 +156,9 @@ class MetalKernel:
         if verbose:
             print(gen.verbose_text(), end="")
         source.check_gpu_dtypes([a.dtype for a in arrays], kinds)
-        chosen = resolve_backend(backend or self.backend)
+        sanitizer_mode = sanitizer.mode(sanitize)
+        # The sanitizer is the emulator's: a sanitized run happens on sim.
+        chosen = resolve_backend("sim" if sanitizer_mode else (backend or self.backend))
         if chosen == "metal":
             call = dict(inputs=arrays, output_shapes=shapes, output_dtypes=kinds, grid=grid3,
                         threadgroup=tg3, template=template, init_value=init_value)
@@ -164,13 +171,19 @@ class MetalKernel:
             )
         from .backends import sim
 
-        return sim.run_body_kernel(
+        outputs, report = sim.run_body_kernel(
             gen, name=self.name, header=self.header, body=self.source,
             math_mode=self.math_mode, inputs=arrays,
             ensure_row_contiguous=self.ensure_row_contiguous, output_shapes=shapes,
             output_dtypes=kinds, grid=grid3, threadgroup=tg3, init_value=init_value,
-            timeout=timeout,
+            timeout=timeout, sanitize=sanitizer_mode is not None,
         )
+        self.last_sanitizer_report = report
+        if report is not None and not report.ok:
+            if sanitizer_mode == "raise" or not outputs:
+                raise sanitizer.SanitizerError(report)
+            warnings.warn(str(report), sanitizer.SanitizerWarning, stacklevel=2)
+        return outputs
 
 
 def metal_kernel(

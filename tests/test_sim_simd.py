@@ -267,7 +267,7 @@ def reductions_batch(data: dict[str, np.ndarray]) -> Batch:
                 t = T[name]
                 src = float_src if t.is_float else int_src
                 values = rows(t, data[src])
-                want = [per_group(v, width, lambda g, a, op=op: butterfly(g, a, op, width))
+                want = [per_group(v, width, lambda g, a, op=op, w=width: butterfly(g, a, op, w))
                         for v in values]
                 call = f"{scope}_{op_name}({batch.value(t, src)})"
                 batch.add(call, t, want, call)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib.util
 from collections.abc import Callable
+from importlib.machinery import ModuleSpec
 from pathlib import Path
 from types import ModuleType
 from typing import Any, NamedTuple
@@ -19,7 +20,6 @@ import pytest
 
 import mtwork
 from mtwork.backends.sim.compiler import mlx_include_dir
-from mtwork.library import Library, load_metal
 
 # What MLX's own `.metal` files put before a kernel header: the prelude that defines
 # `Limits`, `elem_to_loc`, bfloat16 and friends (e.g. `softmax.metal` includes utils.h,
@@ -35,16 +35,16 @@ def mlx_kernels_dir() -> Path:
     return root / "mlx" / "backend" / "metal" / "kernels"
 
 
-def mlx_header(relative: str, *, before: tuple[str, ...] = ()) -> Library:
+def mlx_header(relative: str, *, before: tuple[str, ...] = ()) -> mtwork.Library:
     """MLX's kernel header `relative` (e.g. "softmax.h"), loaded as MLX's matching `.metal`
     file compiles it: utils.h, then the headers in `before`, then the header itself."""
     prelude = MLX_UTILS + "".join(
         f'#include "mlx/backend/metal/kernels/{name}"\n' for name in before
     )
-    return load_metal(mlx_kernels_dir() / relative, prelude=prelude)
+    return mtwork.load_metal(mlx_kernels_dir() / relative, prelude=prelude)
 
 
-def _spec(qualified_name: str) -> importlib.machinery.ModuleSpec:
+def _spec(qualified_name: str) -> ModuleSpec:
     package = qualified_name.split(".")[0]
     if importlib.util.find_spec(package) is None:
         pytest.skip(f"{package} is not installed (it comes with the `dev` extra)")
@@ -54,17 +54,13 @@ def _spec(qualified_name: str) -> importlib.machinery.ModuleSpec:
     return spec
 
 
-class Dispatches(list):
-    """Names of the kernels a rebuilt module dispatched, in order (MLX's `name=`)."""
-
-
 class Rebuilt(NamedTuple):
     module: ModuleType
-    dispatches: Dispatches
+    dispatches: list[str]  # the kernels it dispatched, in order, by MLX `name=`
 
 
 def _recording(make: Callable[..., mtwork.MetalKernel],
-               log: Dispatches) -> Callable[..., Callable[..., Any]]:
+               log: list[str]) -> Callable[..., Callable[..., Any]]:
     """`make` (a metal_kernel factory) whose kernels note each dispatch in `log`."""
 
     def factory(*args: Any, **kwargs: Any) -> Callable[..., Any]:
@@ -93,7 +89,7 @@ def rebuilt_module(qualified_name: str, monkeypatch: pytest.MonkeyPatch) -> Rebu
     came from a kernel and a reference did not.
     """
     spec = _spec(qualified_name)
-    log = Dispatches()
+    log: list[str] = []
     monkeypatch.setenv("MTWORK_BACKEND", "sim")
     monkeypatch.setattr(mx.fast, "metal_kernel", _recording(mtwork.metal_kernel, log))
     monkeypatch.setattr(mx.metal, "is_available", lambda: True)

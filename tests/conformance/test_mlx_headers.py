@@ -11,7 +11,7 @@ import mlx.core as mx
 import numpy as np
 import pytest
 
-from mtwork.library import new_buffer
+from mtwork import new_buffer
 
 from .sources import mlx_header
 
@@ -139,6 +139,54 @@ def test_steel_gemm_fused(agreement, batch, m, n, k) -> None:
     out = kernel(buffers={"A": a, "B": b, "D": new_buffer((batch, m, n)), "params": params},
                  threadgroups=(tiles_n, tiles_m, batch), threads_per_threadgroup=(32, wn, wm))
     agreement(f"steel gemm {batch}x{m}x{n}x{k}", MLX, out.mx("D"), a @ b)
+
+
+# --- steel attention: flash attention on simdgroup_matrix, function constants -------------
+
+_ATTN_PARAMS = np.dtype(
+    [("B", "i4"), ("H", "i4"), ("D", "i4"), ("qL", "i4"), ("kL", "i4"), ("gqa_factor", "i4"),
+     ("scale", "f4"), ("NQ", "i4"), ("NK", "i4"), ("NQ_aligned", "i4"), ("NK_aligned", "i4"),
+     ("qL_rem", "i4"), ("kL_rem", "i4"), ("qL_off", "i4"), ("Q_strides", "i8", 3),
+     ("K_strides", "i8", 3), ("V_strides", "i8", 3), ("O_strides", "i8", 3)],
+    align=True,
+)  # steel/attn/params.h AttnParams
+
+
+@pytest.mark.parametrize("variant", ["plain", "causal", "sinks"])
+def test_steel_attention(agreement, variant) -> None:
+    # MLX's scaled_dot_product_attention.cpp (full attention): query blocks of BQ rows,
+    # key blocks of BK, WM x WN SIMD-groups; threadgroups (query blocks, heads, batch);
+    # align_Q / align_K say whether the lengths are whole blocks; causal queries are the
+    # last qL of the kL positions (qL_off = kL - qL).
+    b, hq, hkv, q_len, k_len, d = 1, 4, 2, 40, 45, 64
+    bq, bk, wm, wn = 32, 16, 4, 1
+    q, k, v = _sdpa_inputs(b, hq, hkv, q_len, k_len, d)
+    scale = d**-0.5
+    nq, nk = -(-q_len // bq), -(-k_len // bk)
+
+    def strides(x: mx.array) -> tuple[int, int, int]:
+        return (x.shape[1] * x.shape[2] * d, x.shape[2] * d, d)
+
+    params = np.array([(b, hq, d, q_len, k_len, hq // hkv, scale, nq, nk, q_len // bq,
+                        k_len // bk, q_len % bq, k_len % bk, k_len - q_len, strides(q),
+                        strides(k), strides(v), strides(q))], dtype=_ATTN_PARAMS)
+    buffers = {"Q": q, "K": k, "V": v, "O": new_buffer(q.shape), "params": params}
+    sinks = None
+    if variant == "sinks":
+        sinks = mx.array(rng().standard_normal(hq), dtype=mx.float32)
+        buffers["sinks"] = sinks
+    lib = mlx_header("steel/attn/kernels/steel_attention.h", before=("steel/attn/attn.h",))
+    kernel = lib.kernel(
+        "attention", template=(mx.float32, bq, bk, d, d, wm, wn),
+        constants={"align_Q": q_len % bq == 0, "align_K": k_len % bk == 0, "has_mask": False,
+                   "do_causal": variant == "causal", "has_sinks": variant == "sinks",
+                   "save_lse": False},
+    )
+    out = kernel(buffers=buffers, threadgroups=(nq, hq, b), threads_per_threadgroup=(32, wm, wn))
+    expected = mx.fast.scaled_dot_product_attention(
+        q, k, v, scale=scale, mask="causal" if variant == "causal" else None, sinks=sinks
+    )
+    agreement(f"steel attention ({variant})", MLX, out.mx("O"), expected)
 
 
 # --- quantized.h: affine 4-bit matrix-vector product -------------------------------------

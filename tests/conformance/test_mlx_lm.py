@@ -15,14 +15,6 @@ from .sources import rebuilt_module
 SOURCE = "mlx-lm"
 
 
-def rng() -> np.random.Generator:
-    return np.random.default_rng(0)
-
-
-def normal(*shape: int, scale: float = 1.0) -> mx.array:
-    return mx.array(rng().standard_normal(shape) * scale, dtype=mx.float32)
-
-
 # --- models/gated_delta.py ---------------------------------------------------------------
 
 

@@ -15,6 +15,9 @@ import mlx.core as mx
 import numpy as np
 
 from ... import dtypes
+from ...errors import KernelDeadlock, KernelFault, ThreadgroupMemoryError
+from ...sanitizer import KINDS as SANITIZER_KINDS
+from ...sanitizer import Finding, SanitizerReport, symbolize
 from ...source import GeneratedSource, Param, template_text
 from . import compiler, runtime
 from .launcher import LaunchParam, launcher_source
@@ -104,9 +107,10 @@ def _launch_params(params: Sequence[Param]) -> list[LaunchParam]:
 @dataclass(frozen=True)
 class _Compiled:
     library: runtime.KernelLibrary
+    translation: compiler.Translation
 
 
-_compiled: dict[tuple[str, str], _Compiled] = {}
+_compiled: dict[tuple[str, str, bool], _Compiled] = {}
 _compiled_lock = threading.Lock()
 
 
@@ -141,17 +145,18 @@ def _instantiation_length(gen: GeneratedSource) -> int:
 
 
 def compile_body_kernel(gen: GeneratedSource, header: str, body: str, math_mode: str,
-                        label: str) -> runtime.KernelLibrary:
-    key = (gen.text, math_mode)
+                        label: str, sanitize: bool = False) -> _Compiled:
+    key = (gen.text, math_mode, sanitize)
     with _compiled_lock:
         hit = _compiled.get(key)
     if hit is not None:
-        return hit.library
-    path = compiler.compile_kernel(_translation(gen, header, body), math_mode, label)
-    library = runtime.load(path)
+        return hit
+    tu = _translation(gen, header, body)
+    path = compiler.compile_kernel(tu, math_mode, label, sanitize=sanitize)
+    compiled = _Compiled(runtime.load(path), tu)
     with _compiled_lock:
-        _compiled[key] = _Compiled(library)
-    return library
+        _compiled[key] = compiled
+    return compiled
 
 
 def _input_views(inputs: Sequence[mx.array], ensure_row_contiguous: bool) -> list[np.ndarray]:
@@ -213,8 +218,11 @@ def run_body_kernel(
     threadgroup: tuple[int, int, int],
     init_value: float | None,
     timeout: float | None,
-) -> list[mx.array]:
-    library = compile_body_kernel(gen, header, body, math_mode, name)
+    sanitize: bool = False,
+) -> tuple[list[mx.array], SanitizerReport | None]:
+    """Runs the kernel; with `sanitize`, also returns what the sanitizer found."""
+    compiled = compile_body_kernel(gen, header, body, math_mode, name, sanitize)
+    library = compiled.library
     views = _input_views(inputs, ensure_row_contiguous)
     clamped = tuple(min(t, g) for t, g in zip(threadgroup, grid))
     barrier_free = library.path not in _blocking and is_barrier_free(header, body)
@@ -224,18 +232,127 @@ def run_body_kernel(
             for dt, shape in zip(output_dtypes, output_shapes)
         ]
         table, keep = _buffer_table(gen.params, views, outputs)
+        sanitizing = _sanitizing(gen.params, keep, table) if sanitize else None
         try:
             runtime.dispatch(library, name, table, grid, clamped, timeout=timeout,
-                             barrier_free=barrier_free)
+                             barrier_free=barrier_free, sanitizing=sanitizing)
         except runtime.NeedsFibers:
             # Blocking reached through a helper the text check cannot see: start again
             # with fresh outputs on the general path, and remember it for next time.
             _blocking.add(library.path)
             barrier_free = False
             continue
-        finally:
-            del keep
-        return [_to_mx(out, dt) for out, dt in zip(outputs, output_dtypes)]
+        except KernelFault as fault:
+            if sanitizing is None:
+                raise
+            report = _report(name, compiled, sanitizing, keep, gen.params, init_value,
+                             finished=False)
+            finding = _fault_finding(name, fault)
+            if finding is not None and not report.of_kind(finding.kind):
+                report.findings.append(finding)  # unless the runtime named it already
+            return [], report
+        report = None
+        if sanitizing is not None:
+            report = _report(name, compiled, sanitizing, keep, gen.params, init_value)
+        return [_to_mx(out, dt) for out, dt in zip(outputs, output_dtypes)], report
+
+
+def _sanitizing(params: Sequence[Param], buffers: Sequence[np.ndarray],
+                table: ctypes.Array) -> runtime.Sanitizing:
+    """Describes every buffer to the sanitizer, with a written-shadow for each output."""
+    infos = (runtime.BufferInfo * (len(buffers) + 1))()
+    shadows: list[np.ndarray] = []
+    buffer_params = [p for p in params if p.kind != "attribute"]
+    for info, p, buf in zip(infos, buffer_params, buffers):
+        info.base = buf.ctypes.data
+        info.size = buf.nbytes
+        info.element_size = max(1, buf.itemsize)
+        info.name = p.name.encode()
+        if p.kind == "output":
+            info.kind = runtime.BUFFER_OUTPUT
+            shadow = np.zeros(buf.nbytes, dtype=np.uint8)
+            shadows.append(shadow)
+            info.written = shadow.ctypes.data
+        else:
+            info.kind = runtime.BUFFER_INPUT
+    table_info = infos[len(buffers)]
+    table_info.base = ctypes.addressof(table)
+    table_info.size = ctypes.sizeof(table)
+    table_info.element_size = 8
+    table_info.kind = runtime.BUFFER_INTERNAL
+    table_info.name = b"<buffer table>"
+    return runtime.Sanitizing(infos, (runtime.Finding * 256)(), shadows=shadows)
+
+
+def _source_line(compiled: _Compiled, frames: Sequence[tuple[str, int]]) -> str:
+    """The author's line of the innermost inlined frame that lies in their code."""
+    for file, line in frames:
+        if not file.endswith("kernel.cpp"):
+            continue
+        for first, last, label, offset in compiled.translation.regions:
+            if first <= line <= last:
+                return f"{label}:{line - offset}"
+    return ""
+
+
+def _report(name: str, compiled: _Compiled, sanitizing: runtime.Sanitizing,
+            buffers: Sequence[np.ndarray], params: Sequence[Param],
+            init_value: float | None, finished: bool = True) -> SanitizerReport:
+    lines = symbolize(compiled.library.path, [f.pc for f in sanitizing.found])
+    buffer_names = [p.name for p in params if p.kind != "attribute"]
+    report = SanitizerReport(name)
+    for f in sanitizing.found:
+        kind = SANITIZER_KINDS.get(f.kind, f"finding {f.kind}")
+        where = ""
+        if f.buffer >= 0:
+            where = buffer_names[f.buffer] if f.buffer < len(buffer_names) else "<buffer table>"
+        elif 0 <= f.tg_array < len(sanitizing.arrays):
+            where = sanitizing.arrays[f.tg_array][0]
+        located = lines.get(f.pc, [])
+        report.findings.append(Finding(
+            kind=kind,
+            kernel=name,
+            where=where,
+            element=f.element if where else None,
+            access=("write" if f.write else "read") if where else "",
+            thread=tuple(f.thread),
+            other_thread=tuple(f.other) if f.kind in (3, 5, 6) else None,
+            other_access=("write" if f.other_write else "read") if f.kind == 3 else "",
+            threadgroup=tuple(f.group),
+            line=_source_line(compiled, located) if located else "",
+            count=int(f.count),
+        ))
+    if init_value is None and finished:
+        report.findings += _unwritten_outputs(name, params, buffers, sanitizing)
+    return report
+
+
+def _unwritten_outputs(name: str, params: Sequence[Param], buffers: Sequence[np.ndarray],
+                       sanitizing: runtime.Sanitizing) -> list[Finding]:
+    found = []
+    outputs = [(p, b) for p, b in zip([p for p in params if p.kind != "attribute"], buffers)
+               if p.kind == "output"]
+    for (p, buf), shadow in zip(outputs, sanitizing.shadows):
+        if not buf.size:
+            continue
+        per_element = shadow.reshape(buf.size, buf.itemsize).all(axis=1)
+        missing = np.flatnonzero(~per_element)
+        if missing.size:
+            found.append(Finding(
+                kind="output never written", kernel=name, where=p.name,
+                element=int(missing[0]), access="write", count=int(missing.size),
+                detail=f"{missing.size} of {buf.size} elements unwritten and no init_value",
+            ))
+    return found
+
+
+def _fault_finding(name: str, fault: KernelFault) -> Finding | None:
+    if "stopped by the sanitizer" in fault.detail:
+        return None  # the finding that stopped it is in the report
+    kinds = {ThreadgroupMemoryError: "threadgroup memory over budget",
+             KernelDeadlock: "barrier divergence"}
+    kind = next((k for cls, k in kinds.items() if isinstance(fault, cls)), "kernel fault")
+    return Finding(kind=kind, kernel=name, detail=fault.detail)
 
 
 def _to_mx(out: np.ndarray, dtype: mx.Dtype) -> mx.array:

@@ -190,13 +190,23 @@ class Translation:
     regions: tuple[tuple[int, int, str, int], ...]  # (first, last, name, offset) in lines
 
 
+# Sanitizer builds call the runtime before every load and store, and keep line tables so
+# findings can name the source line.
+# Vectorizing is off: the tracing has callbacks for accesses of up to 16 bytes only.
+SANITIZE_FLAGS = ("-fsanitize-coverage=edge,trace-loads,trace-stores", "-g", "-DMTW_SANITIZE",
+                  "-fno-vectorize", "-fno-slp-vectorize")
+
+
 def compile_kernel(tu: Translation, math_mode: str, kernel_label: str,
-                   include_dirs: Sequence[Path] = ()) -> Path:
+                   include_dirs: Sequence[Path] = (), sanitize: bool = False) -> Path:
     """Compiles a translation unit into a shared library (cached) and returns its path.
 
-    `include_dirs` are searched after the shim and MLX's headers (`-I`, in order).
+    `include_dirs` are searched after the shim and MLX's headers (`-I`, in order);
+    `sanitize` builds the instrumented variant the sanitizer mode runs.
     """
     flags = [*COMMON_FLAGS, *MATH_MODE_FLAGS[math_mode], *KERNEL_DEFINES]
+    if sanitize:
+        flags += SANITIZE_FLAGS
     user_includes = [arg for d in include_dirs for arg in ("-I", str(d))]
     key = _digest(tu.text, " ".join(flags), shim_version(), str(mlx_include_dir()),
                   *user_includes)

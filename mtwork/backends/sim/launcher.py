@@ -83,6 +83,8 @@ void mtw_entry(mtw_group* g, void* const* b) {{
     g->next_thread = i + 1;
     g->current = i;
     g->tg_cursor[i] = g->tg_static_bytes;
+    // The runtime (and the sanitizer's access checks) read g->current: keep the store here.
+    __asm__ volatile("" ::: "memory");
     const uint3 local = mtw_attr::local_of(g, i);
     {function}(
           {args});

@@ -4,13 +4,14 @@ Each rewrite keeps every line where it was (replacements carry the newlines of t
 they replace), so compiler messages point at the author's own line numbers.
 
 - ``threadgroup T name[N];`` in a function body becomes a reference into the
-  threadgroup's shared memory (``auto& name = __mtw_threadgroup_var<T[N]>();``).
+  threadgroup's shared memory (``auto& name = __mtw_threadgroup_var<T[N]>("name");``).
 - Functions overloaded only on an address space (``f() threadgroup`` beside
   ``f() thread``) and class specializations that differ only in one
   (``pointer_element<device T*>``) collapse to one: without address spaces they would be
   redefinitions.
 - Unsuffixed floating literals are ``float`` (Metal has no ``double``); ``1.0h`` is a
   ``half``.
+- ``[[threadgroup(n)]]`` becomes ``[[mtw_threadgroup(n)]]`` (the word alone is a macro).
 - Attributes on explicit instantiations (``template [[host_name("k")]] [[kernel]] ...``)
   are dropped; the host names they give are returned.
 """
@@ -288,7 +289,8 @@ def _rewrite_threadgroup_variables(text: str) -> str:
                 break
             dims = re.sub(r"\s+", "", dm.group("dims"))
             pieces.append(
-                f"auto& {dm.group('name')} = __mtw_threadgroup_var<{type_text}{dims}>();"
+                f"auto& {dm.group('name')} = "
+                f"__mtw_threadgroup_var<{type_text}{dims}>(\"{dm.group('name')}\");"
             )
         else:
             original = text[m.start() : end + 1]
@@ -349,8 +351,13 @@ def _strip_instantiation_attributes(text: str) -> tuple[str, dict[str, str]]:
     return text, host_names
 
 
+_THREADGROUP_ATTRIBUTE = re.compile(r"\[\[\s*threadgroup\s*\(")
+
+
 def rewrite_msl(text: str) -> Rewritten:
     """Applies every rewrite; see the module docstring."""
+    # `threadgroup` is an empty macro, so its attribute form must not see it.
+    text = _THREADGROUP_ATTRIBUTE.sub("[[mtw_threadgroup(", text)
     text = _collapse_address_space_overloads(text)
     text = _collapse_address_space_specializations(text)
     text = _rewrite_threadgroup_variables(text)

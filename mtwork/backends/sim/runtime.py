@@ -6,7 +6,7 @@ import ctypes
 import os
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 
@@ -19,7 +19,7 @@ from ...errors import (
 )
 from .compiler import runtime_library
 
-ABI_VERSION = 1
+ABI_VERSION = 2
 THREADGROUP_MEMORY_BYTES = 32 * 1024
 MAX_THREADS_PER_THREADGROUP = 1024
 DEFAULT_TIMEOUT_S = 120.0
@@ -34,6 +34,48 @@ class NeedsFibers(Exception):
 
 
 
+class BufferInfo(ctypes.Structure):
+    _fields_ = [
+        ("base", ctypes.c_uint64),
+        ("size", ctypes.c_uint64),
+        ("element_size", ctypes.c_uint32),
+        ("kind", ctypes.c_uint32),
+        ("name", ctypes.c_char_p),
+        ("written", ctypes.c_void_p),
+    ]
+
+
+BUFFER_INPUT, BUFFER_OUTPUT, BUFFER_INTERNAL = 0, 1, 2
+
+
+class Finding(ctypes.Structure):
+    _fields_ = [
+        ("kind", ctypes.c_uint32),
+        ("write", ctypes.c_uint32),
+        ("buffer", ctypes.c_int32),
+        ("tg_array", ctypes.c_int32),
+        ("element", ctypes.c_int64),
+        ("thread", ctypes.c_uint32 * 3),
+        ("other", ctypes.c_uint32 * 3),
+        ("group", ctypes.c_uint32 * 3),
+        ("other_write", ctypes.c_uint32),
+        ("pc", ctypes.c_uint64),
+        ("count", ctypes.c_uint64),
+    ]
+
+
+@dataclass
+class Sanitizing:
+    """What a sanitized dispatch needs: the buffers and room for findings; after the
+    dispatch, the findings and the threadgroup arrays' names and element sizes."""
+
+    buffers: ctypes.Array
+    findings: ctypes.Array
+    found: list[Finding] = field(default_factory=list)
+    arrays: list[tuple[str, int]] = field(default_factory=list)
+    shadows: list = field(default_factory=list)  # outputs' written-bytes, numpy uint8
+
+
 class _Launch(ctypes.Structure):
     _fields_ = [
         ("entry", ctypes.c_void_p),
@@ -45,6 +87,11 @@ class _Launch(ctypes.Structure):
         ("tg_static_bytes", ctypes.c_uint32),
         ("workers", ctypes.c_uint32),
         ("barrier_free", ctypes.c_uint32),
+        ("sanitize", ctypes.c_uint32),
+        ("buffer_info", ctypes.c_void_p),
+        ("nbuffers", ctypes.c_uint32),
+        ("max_findings", ctypes.c_uint32),
+        ("findings", ctypes.c_void_p),
     ]
 
 
@@ -58,6 +105,12 @@ def _runtime() -> ctypes.CDLL:
     lib.mtw_dispatch_cancel.argtypes = []
     lib.mtw_dispatch_message.restype = ctypes.c_char_p
     lib.mtw_dispatch_tg_memory.restype = ctypes.c_uint32
+    lib.mtw_sanitizer_findings.restype = ctypes.c_uint32
+    lib.mtw_sanitizer_tg_arrays.restype = ctypes.c_uint32
+    lib.mtw_sanitizer_tg_array_name.restype = ctypes.c_char_p
+    lib.mtw_sanitizer_tg_array_name.argtypes = [ctypes.c_uint32]
+    lib.mtw_sanitizer_tg_array_element_size.restype = ctypes.c_uint32
+    lib.mtw_sanitizer_tg_array_element_size.argtypes = [ctypes.c_uint32]
     if lib.mtw_abi_version() != ABI_VERSION:
         raise EmulatorUnavailable("the emulator runtime library does not match this mtwork")
     return lib
@@ -112,6 +165,7 @@ def dispatch(
     timeout: float | None = None,
     workers: int = 0,
     barrier_free: bool = False,
+    sanitizing: Sanitizing | None = None,
 ) -> int:
     """Runs the kernel over the grid; returns the threadgroup memory it used (bytes).
 
@@ -120,6 +174,7 @@ def dispatch(
     $MTWORK_TIMEOUT or 120) can stop a kernel that never ends.
     """
     rt = _runtime()
+    barrier_free = barrier_free and sanitizing is None  # sanitizing needs thread identities
     launch = _Launch(
         entry=library.entry_barrier_free if barrier_free else library.entry,
         buffers=ctypes.cast(buffers, ctypes.c_void_p).value,
@@ -131,6 +186,12 @@ def dispatch(
         workers=workers,
         barrier_free=int(barrier_free),
     )
+    if sanitizing is not None:
+        launch.sanitize = 1
+        launch.buffer_info = ctypes.cast(sanitizing.buffers, ctypes.c_void_p).value
+        launch.nbuffers = len(sanitizing.buffers)
+        launch.findings = ctypes.cast(sanitizing.findings, ctypes.c_void_p).value
+        launch.max_findings = len(sanitizing.findings)
     limit = default_timeout() if timeout is None else timeout
     with _dispatch_lock:
         if rt.mtw_dispatch_start(ctypes.byref(launch)) != 0:
@@ -152,6 +213,13 @@ def dispatch(
             raise
         message = rt.mtw_dispatch_message().decode(errors="replace")
         used = rt.mtw_dispatch_tg_memory()
+        if sanitizing is not None:
+            sanitizing.found = list(sanitizing.findings[: rt.mtw_sanitizer_findings()])
+            sanitizing.arrays = [
+                (rt.mtw_sanitizer_tg_array_name(i).decode(errors="replace"),
+                 rt.mtw_sanitizer_tg_array_element_size(i))
+                for i in range(rt.mtw_sanitizer_tg_arrays())
+            ]
     if status == _OK:
         return used
     if status == _NEEDS_FIBERS:

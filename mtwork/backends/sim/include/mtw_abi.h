@@ -14,7 +14,7 @@
 extern "C" {
 #endif
 
-#define MTW_ABI_VERSION 1
+#define MTW_ABI_VERSION 2
 #define MTW_SIMD_WIDTH 32
 #define MTW_MAX_THREADS 1024
 #define MTW_MAX_SIMDGROUPS (MTW_MAX_THREADS / MTW_SIMD_WIDTH)
@@ -61,7 +61,11 @@ typedef void (*mtw_combine_fn)(const void* const* ins, void* const* outs, uint32
 #endif
 MTW_CONVERGENT void mtw_threadgroup_barrier(uint32_t flags);
 MTW_CONVERGENT void mtw_simd_collective(const void* in, void* out, mtw_combine_fn combine);
-void* mtw_threadgroup_alloc(uint32_t size, uint32_t align);
+// A threadgroup variable: `name` and `element_size` let the sanitizer name what it reports.
+void* mtw_threadgroup_alloc(uint32_t size, uint32_t align, const char* name,
+                            uint32_t element_size);
+// Sanitizer mode: accesses between begin and end are one atomic operation (not a race).
+void mtw_sanitizer_atomic(int inside);
 void mtw_kernel_fault(const char* message);
 
 #ifdef __cplusplus

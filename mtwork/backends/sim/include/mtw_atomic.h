@@ -112,12 +112,21 @@ MTW_INLINE T update(volatile metal::atomic<T>* object, F f, memory_order order) 
   return from_bits<T>(old);
 }
 
+// In sanitizer builds, accesses inside an atomic operation are not reported as races.
+struct SanitizerScope {
+#ifdef MTW_SANITIZE
+  SanitizerScope() { mtw_sanitizer_atomic(1); }
+  ~SanitizerScope() { mtw_sanitizer_atomic(0); }
+#endif
+};
+
 }  // namespace mtw_atomic
 
 namespace metal {
 
 template <typename T>
 MTW_INLINE T atomic_load_explicit(const volatile atomic<T>* object, memory_order order) {
+  mtw_atomic::SanitizerScope scope;
   return mtw_atomic::from_bits<T>(
       __atomic_load_n(mtw_atomic::bits(object), mtw_atomic::load_order(order)));
 }
@@ -125,6 +134,7 @@ MTW_INLINE T atomic_load_explicit(const volatile atomic<T>* object, memory_order
 template <typename T>
 MTW_INLINE void atomic_store_explicit(volatile atomic<T>* object, mtw_atomic::value_t<T> desired,
                                       memory_order order) {
+  mtw_atomic::SanitizerScope scope;
   __atomic_store_n(mtw_atomic::bits(object), mtw_atomic::to_bits<T>(desired),
                    mtw_atomic::store_order(order));
 }
@@ -132,6 +142,7 @@ MTW_INLINE void atomic_store_explicit(volatile atomic<T>* object, mtw_atomic::va
 template <typename T>
 MTW_INLINE T atomic_exchange_explicit(volatile atomic<T>* object,
                                       mtw_atomic::value_t<T> desired, memory_order order) {
+  mtw_atomic::SanitizerScope scope;
   return mtw_atomic::from_bits<T>(__atomic_exchange_n(
       mtw_atomic::bits(object), mtw_atomic::to_bits<T>(desired), mtw_atomic::rmw_order(order)));
 }
@@ -145,6 +156,7 @@ MTW_INLINE bool atomic_compare_exchange_weak_explicit(volatile atomic<T>* object
                                                       mtw_atomic::value_t<T> desired,
                                                       memory_order success,
                                                       memory_order failure) {
+  mtw_atomic::SanitizerScope scope;
   auto* p = mtw_atomic::bits(object);
   int on_success = mtw_atomic::rmw_order(success), on_failure = mtw_atomic::load_order(failure);
   if constexpr (is_same_v<T, float>) {
@@ -167,6 +179,7 @@ MTW_INLINE bool atomic_compare_exchange_weak_explicit(volatile atomic<T>* object
 template <typename T>
 MTW_INLINE enable_if_t<mtw_atomic::is_arithmetic<T>, T> atomic_fetch_add_explicit(
     volatile atomic<T>* object, mtw_atomic::value_t<T> operand, memory_order order) {
+  mtw_atomic::SanitizerScope scope;
   if constexpr (is_same_v<T, float>)
     return mtw_atomic::update(object, [=](float v) { return v + operand; }, order);
   else
@@ -176,6 +189,7 @@ MTW_INLINE enable_if_t<mtw_atomic::is_arithmetic<T>, T> atomic_fetch_add_explici
 template <typename T>
 MTW_INLINE enable_if_t<mtw_atomic::is_arithmetic<T>, T> atomic_fetch_sub_explicit(
     volatile atomic<T>* object, mtw_atomic::value_t<T> operand, memory_order order) {
+  mtw_atomic::SanitizerScope scope;
   if constexpr (is_same_v<T, float>)
     return mtw_atomic::update(object, [=](float v) { return v - operand; }, order);
   else
@@ -186,6 +200,7 @@ MTW_INLINE enable_if_t<mtw_atomic::is_arithmetic<T>, T> atomic_fetch_sub_explici
   template <typename T>                                                                         \
   MTW_INLINE enable_if_t<mtw_atomic::is_integer<T>, T> name(                                    \
       volatile atomic<T>* object, mtw_atomic::value_t<T> operand, memory_order order) {         \
+    mtw_atomic::SanitizerScope scope;                                                           \
     return builtin(&object->__value, operand, mtw_atomic::rmw_order(order));                    \
   }
 MTW_ATOMIC_INTEGER_OP(atomic_fetch_and_explicit, __atomic_fetch_and)
@@ -199,11 +214,13 @@ MTW_ATOMIC_INTEGER_OP(atomic_fetch_max_explicit, __atomic_fetch_max)
 template <typename T>
 MTW_INLINE enable_if_t<mtw_atomic::is_integer<T>> atomic_min_explicit(
     volatile atomic<T>* object, mtw_atomic::value_t<T> operand, memory_order order) {
+  mtw_atomic::SanitizerScope scope;
   __atomic_fetch_min(&object->__value, operand, mtw_atomic::rmw_order(order));
 }
 template <typename T>
 MTW_INLINE enable_if_t<mtw_atomic::is_integer<T>> atomic_max_explicit(
     volatile atomic<T>* object, mtw_atomic::value_t<T> operand, memory_order order) {
+  mtw_atomic::SanitizerScope scope;
   __atomic_fetch_max(&object->__value, operand, mtw_atomic::rmw_order(order));
 }
 

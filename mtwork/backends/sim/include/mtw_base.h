@@ -17,6 +17,8 @@
 #define threadgroup_imageblock
 #define ray_data
 #define object_data
+// Function qualifiers: a kernel is an ordinary function here (the launcher calls it).
+#define kernel
 
 #define METAL_FUNC inline __attribute__((always_inline))
 #define METAL_INTERNAL

@@ -50,9 +50,16 @@ MTW_INLINE void atomic_thread_fence(mem_flags flags, memory_order,
 
 }  // namespace metal
 
+template <typename T> struct __mtw_element { using type = T; };
+template <typename T, size_t N> struct __mtw_element<T[N]> {
+  using type = typename __mtw_element<T>::type;
+};
+
 // A threadgroup variable declared in a kernel: each thread walks the same declarations in
 // the same order, so a per-thread bump cursor gives every thread the same address.
 template <typename T>
-MTW_INLINE T& __mtw_threadgroup_var() {
-  return *static_cast<T*>(mtw_threadgroup_alloc(sizeof(T), alignof(T) < 16 ? 16 : alignof(T)));
+MTW_INLINE T& __mtw_threadgroup_var(const char* name) {
+  return *static_cast<T*>(mtw_threadgroup_alloc(sizeof(T), alignof(T) < 16 ? 16 : alignof(T),
+                                                name,
+                                                sizeof(typename __mtw_element<T>::type)));
 }

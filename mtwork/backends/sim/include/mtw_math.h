@@ -10,23 +10,23 @@
 // like Apple's stdlib: MLX's prelude adds them (computing in float and rounding).
 //
 // Arithmetic rules, chosen where MSL leaves things undefined:
-// - float, half and bfloat `+ - * /` round after each operation. Metal's default (and
-//   MLX's) math mode "safe" does not fuse `a * b + c` into one rounding on the GPU, so the
-//   pragma below turns contraction off; "relaxed" and "fast" compile with
-//   -ffp-contract=fast (implied by -ffast-math), which overrides it, as those modes fuse.
-// - Integer arithmetic wraps (two's complement).
-// - Integer division or remainder by zero (and INT_MIN / -1) is undefined in MSL; here it
-//   stops the kernel with a KernelFault naming the thread.
+// - float, half and bfloat `+ - * /` round after each operation: in Metal's default (and
+//   MLX's) math mode "safe" the GPU does not fuse `a * b + c` into one rounding, so
+//   compiler.py compiles "safe" with -ffp-contract=off; "relaxed" and "fast" fuse.
+// - Integer arithmetic wraps (two's complement) at run time; signed overflow stays
+//   undefined to the optimizer, as it is to Apple's compiler (both are C++ compilers).
+// - Integer division or remainder by zero (and INT_MIN / -1) is undefined in MSL and does
+//   not trap on the GPU; here it stops the kernel with a KernelFault ("arithmetic trap").
 // - Shifts: MSL masks a vector shift count to the element width (mtw_vec.h); a scalar
-//   shift follows C++ (the operand is promoted; a count >= its width is undefined).
-// - float to integer conversion rounds toward zero (MSL 2.14); out-of-range values and NaN
-//   are undefined in MSL; the emulator saturates them and turns NaN into 0, as GPU
-//   conversion instructions do.
+//   shift follows C++: the operand is promoted to int, and a count >= the promoted width
+//   is undefined (x86 masks a run-time count to 5 or 6 bits).
+// - float to integer conversion rounds toward zero (MSL section 2.14). Out-of-range values
+//   and NaN are undefined in MSL; GPU conversion instructions saturate to the integer's
+//   range and turn NaN into 0, which the emulator follows where clang does (scalars with
+//   -fno-strict-float-cast-overflow).
 #pragma once
 
 #include "mtw_vec.h"
-
-#pragma clang fp contract(off)
 
 #define MTW_ELEMENTWISE1(name)                                                \
   template <typename T, int N>                                                \
@@ -106,11 +106,24 @@ MTW_INLINE float trig_pi(float x) {
   return float(-c / s);
 }
 
+// fmax and fmin of IEEE 754 (maximumNumber, minimumNumber): a NaN loses to a number, and
+// +0 is above -0, whichever way round the arguments come.
+MTW_INLINE float fmax(float x, float y) {
+  if (x != x) return y;
+  if (y != y || x > y) return x;
+  return x == y && __builtin_signbit(y) ? x : y;
+}
+MTW_INLINE float fmin(float x, float y) {
+  if (x != x) return y;
+  if (y != y || x < y) return x;
+  return x == y && !__builtin_signbit(y) ? x : y;
+}
+
 // x - floor(x), kept below 1 in the result's format (`below_one` is its largest value < 1).
 MTW_INLINE float fract(float x, float below_one) {
   if (__builtin_isnan(x)) return x;
   if (__builtin_isinf(x)) return __builtin_copysignf(0.0f, x);
-  return __builtin_fminf(x - __builtin_floorf(x), below_one);
+  return fmin(x - __builtin_floorf(x), below_one);
 }
 
 }  // namespace mtw_math
@@ -145,26 +158,26 @@ MTW_BUILTIN1(tan, __builtin_tanf(x))
 MTW_BUILTIN1(tanh, __builtin_tanhf(x))
 MTW_BUILTIN1(tanpi, mtw_math::trig_pi<mtw_math::Pi::tan>(x))
 MTW_BUILTIN1(trunc, __builtin_truncf(x))
-MTW_BUILTIN1(saturate, __builtin_fminf(__builtin_fmaxf(x, 0.0f), 1.0f))
+MTW_BUILTIN1(saturate, mtw_math::fmin(mtw_math::fmax(x, 0.0f), 1.0f))
 MTW_BUILTIN1(sign, x > 0.0f ? 1.0f : (x < 0.0f ? -1.0f : (x == x ? x : 0.0f)))
 MTW_BUILTIN2(atan2, __builtin_atan2f(x, y))
 MTW_BUILTIN2(copysign, __builtin_copysignf(x, y))
 MTW_BUILTIN2(divide, x / y)
 MTW_BUILTIN2(fdim, __builtin_fdimf(x, y))
-MTW_BUILTIN2(fmax, __builtin_fmaxf(x, y))
-MTW_BUILTIN2(fmin, __builtin_fminf(x, y))
+MTW_BUILTIN2(fmax, mtw_math::fmax(x, y))
+MTW_BUILTIN2(fmin, mtw_math::fmin(x, y))
 MTW_BUILTIN2(fmod, __builtin_fmodf(x, y))
 MTW_BUILTIN2(pow, __builtin_powf(x, y))
 MTW_BUILTIN2(powr, x < 0.0f ? __builtin_nanf("") : __builtin_powf(x, y))
 MTW_BUILTIN2(step, y < x ? 0.0f : 1.0f)
 MTW_BUILTIN3(fma, __builtin_fmaf(x, y, z))
-MTW_BUILTIN3(fmax3, __builtin_fmaxf(__builtin_fmaxf(x, y), z))
-MTW_BUILTIN3(fmin3, __builtin_fminf(__builtin_fminf(x, y), z))
-MTW_BUILTIN3(fmedian3,
-             __builtin_fmaxf(__builtin_fminf(x, y), __builtin_fminf(__builtin_fmaxf(x, y), z)))
+MTW_BUILTIN3(fmax3, mtw_math::fmax(mtw_math::fmax(x, y), z))
+MTW_BUILTIN3(fmin3, mtw_math::fmin(mtw_math::fmin(x, y), z))
+MTW_BUILTIN3(fmedian3, mtw_math::fmax(mtw_math::fmin(x, y),
+                                      mtw_math::fmin(mtw_math::fmax(x, y), z)))
 MTW_BUILTIN3(mix, x + (y - x) * z)
 MTW_BUILTIN3(smoothstep, ([&] {
-               float t = __builtin_fminf(__builtin_fmaxf((z - x) / (y - x), 0.0f), 1.0f);
+               float t = mtw_math::fmin(mtw_math::fmax((z - x) / (y - x), 0.0f), 1.0f);
                return t * t * (3.0f - 2.0f * t);
              })())
 
@@ -307,12 +320,12 @@ MTW_MATH_FUNCTIONS(__METAL_PRECISE_MATH__)
 // ---- common and integer functions shared by floats and integers ------------------------
 template <typename T, typename = enable_if_t<is_arithmetic_v<T>>>
 MTW_INLINE T __scalar_max(T a, T b) {
-  if constexpr (is_floating_point_v<T>) return T(__builtin_fmaxf(float(a), float(b)));
+  if constexpr (is_floating_point_v<T>) return T(mtw_math::fmax(float(a), float(b)));
   else return a < b ? b : a;
 }
 template <typename T, typename = enable_if_t<is_arithmetic_v<T>>>
 MTW_INLINE T __scalar_min(T a, T b) {
-  if constexpr (is_floating_point_v<T>) return T(__builtin_fminf(float(a), float(b)));
+  if constexpr (is_floating_point_v<T>) return T(mtw_math::fmin(float(a), float(b)));
   else return b < a ? b : a;
 }
 template <typename T, typename = enable_if_t<is_arithmetic_v<T>>>

@@ -92,24 +92,16 @@ MTW_INLINE T per_component(T a, T b, F f) {
 }
 
 // min and max that do not depend on the order of their arguments, so both partners of a
-// butterfly step get the same bits: NaN loses to a number, -0 is below +0.
+// butterfly step get the same bits: NaN loses to a number, -0 is below +0 (as fmin/fmax).
 template <typename S>
 MTW_INLINE S ordered_min(S a, S b) {
-  if constexpr (metal::is_floating_point_v<S>) {
-    if (a != a) return b;
-    if (b != b) return a;
-    if (a == b) return __builtin_signbit(float(a)) ? a : b;
-  }
-  return b < a ? b : a;
+  if constexpr (metal::is_floating_point_v<S>) return S(mtw_math::fmin(float(a), float(b)));
+  else return b < a ? b : a;
 }
 template <typename S>
 MTW_INLINE S ordered_max(S a, S b) {
-  if constexpr (metal::is_floating_point_v<S>) {
-    if (a != a) return b;
-    if (b != b) return a;
-    if (a == b) return __builtin_signbit(float(a)) ? b : a;
-  }
-  return a < b ? b : a;
+  if constexpr (metal::is_floating_point_v<S>) return S(mtw_math::fmax(float(a), float(b)));
+  else return a < b ? b : a;
 }
 
 // Bitwise reductions of floats (MLX's bfloat overloads reach __metal_simd_xor(float))

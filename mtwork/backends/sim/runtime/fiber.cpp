@@ -70,19 +70,21 @@ __asm__(
 #error "the mtwork emulator supports x86-64 and arm64 hosts"
 #endif
 
-Fiber* fiber_create(Worker* worker) {
-  // Map twice the size and keep the aligned middle, so the header is found by masking sp.
-  size_t span = 2 * kFiberRegion;
-  void* raw = mmap(nullptr, span, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+char* fiber_arena_reserve(uint32_t count) {
+  size_t span = (size_t(count) + 1) * kFiberRegion;
+  void* raw = mmap(nullptr, span, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   if (raw == MAP_FAILED) return nullptr;
   uintptr_t start = reinterpret_cast<uintptr_t>(raw);
   uintptr_t aligned = (start + kFiberRegion - 1) & ~(uintptr_t)(kFiberRegion - 1);
-  if (aligned > start) munmap(raw, aligned - start);
-  uintptr_t end = start + span;
-  if (end > aligned + kFiberRegion) munmap(reinterpret_cast<void*>(aligned + kFiberRegion),
-                                           end - aligned - kFiberRegion);
-  mprotect(reinterpret_cast<void*>(aligned + kPage), kPage, PROT_NONE);
-  Fiber* fiber = reinterpret_cast<Fiber*>(aligned);
+  return reinterpret_cast<char*>(aligned);
+}
+
+Fiber* fiber_create(Worker* worker, char* arena, uint32_t index) {
+  char* base = arena + size_t(index) * kFiberRegion;
+  if (mprotect(base, kPage, PROT_READ | PROT_WRITE) != 0) return nullptr;
+  if (mprotect(base + 2 * kPage, kFiberRegion - 2 * kPage, PROT_READ | PROT_WRITE) != 0)
+    return nullptr;
+  Fiber* fiber = reinterpret_cast<Fiber*>(base);
   memset(fiber, 0, sizeof(Fiber));
   fiber->worker = worker;
   return fiber;
@@ -106,9 +108,5 @@ void fiber_prepare(Fiber* fiber, void (*start)()) {
 #endif
 }
 
-bool is_guard_page(uintptr_t addr) {
-  uintptr_t region = addr & ~(uintptr_t)(kFiberRegion - 1);
-  return addr >= region + kPage && addr < region + 2 * kPage;
-}
 
 }  // namespace mtw

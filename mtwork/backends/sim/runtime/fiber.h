@@ -33,11 +33,12 @@ inline Fiber* current_fiber() {
                                   ~(uintptr_t)(kFiberRegion - 1));
 }
 
-// Allocates a fiber region (header page, guard page, stack). Returns null when out of memory.
-Fiber* fiber_create(Worker* worker);
+// Reserves address space for `count` fiber regions, contiguous and region-aligned, so
+// "is this address on one of our fiber stacks" is one range check. Null on failure.
+char* fiber_arena_reserve(uint32_t count);
+// Makes region `index` of `arena` a fiber (header page, guard page, stack).
+Fiber* fiber_create(Worker* worker, char* arena, uint32_t index);
 // Prepares `fiber` to start at `start` the next time it is switched to.
 void fiber_prepare(Fiber* fiber, void (*start)());
-// True when `addr` lies in the guard page of some fiber region.
-bool is_guard_page(uintptr_t addr);
 
 }  // namespace mtw

@@ -18,10 +18,11 @@
 
 using namespace mtw;
 
+__thread Worker* mtw::tls_worker = nullptr;
+
 namespace {
 
 constexpr int kCancelSignal = SIGUSR2;
-constexpr uint32_t kTgMemoryCapacity = 64 * 1024;
 const int kFaultSignals[] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGTRAP, SIGABRT};
 constexpr int kFaultSignalCount = sizeof(kFaultSignals) / sizeof(kFaultSignals[0]);
 
@@ -39,7 +40,6 @@ Dispatch current;
 char last_message[2048];
 struct sigaction previous[NSIG];
 
-__thread Worker* this_worker = nullptr;
 
 void record_failure(Dispatch* d, int status, const char* detail) {
   int expected = MTW_OK;
@@ -62,7 +62,7 @@ const char* signal_name(int sig) {
 }
 
 void on_signal(int sig, siginfo_t* info, void* context) {
-  Worker* w = this_worker;
+  Worker* w = tls_worker;
   if (w && w->in_kernel) {
     w->in_kernel = 0;
     if (sig == kCancelSignal) {
@@ -156,7 +156,8 @@ void run_dispatch(Worker* w) {
 
 void* worker_main(void* arg) {
   Worker* w = static_cast<Worker*>(arg);
-  this_worker = w;
+  tls_worker = w;
+  sanitizer_begin_worker(w);
   // Interrupts belong to the host's main thread; only faults and cancellation come here.
   sigset_t mask;
   sigfillset(&mask);
@@ -237,6 +238,7 @@ extern "C" int mtw_dispatch_start(const mtw_launch* launch) {
   d->status = MTW_OK;
   d->tg_memory_used = launch->tg_static_bytes;
   d->message[0] = 0;
+  if (d->launch.sanitize) sanitizer_begin_dispatch(d);
   int want = launch->workers ? int(launch->workers) : pool_size;
   if (want > pool_size) want = pool_size;
   if (uint64_t(want) > d->groups_total) want = int(d->groups_total);
@@ -294,3 +296,19 @@ extern "C" const char* mtw_dispatch_message(void) { return last_message; }
 extern "C" uint32_t mtw_dispatch_tg_memory(void) { return current.tg_memory_used; }
 
 extern "C" int mtw_abi_version(void) { return MTW_ABI_VERSION; }
+
+extern "C" uint32_t mtw_sanitizer_findings(void) {
+  return current.launch.sanitize ? current.san.findings : 0;
+}
+
+extern "C" uint32_t mtw_sanitizer_tg_arrays(void) {
+  return current.launch.sanitize ? current.san.array_count : 0;
+}
+
+extern "C" const char* mtw_sanitizer_tg_array_name(uint32_t index) {
+  return index < current.san.array_count ? current.san.arrays[index].name : "";
+}
+
+extern "C" uint32_t mtw_sanitizer_tg_array_element_size(uint32_t index) {
+  return index < current.san.array_count ? current.san.arrays[index].element_size : 0;
+}

@@ -9,6 +9,41 @@
 extern "C" {
 #endif
 
+// Sanitizer mode: what the kernel's buffers are, and where findings go.
+enum mtw_buffer_kind { MTW_BUFFER_INPUT = 0, MTW_BUFFER_OUTPUT = 1, MTW_BUFFER_INTERNAL = 2 };
+
+typedef struct mtw_buffer_info {
+  uint64_t base;           // address of element 0
+  uint64_t size;           // bytes
+  uint32_t element_size;
+  uint32_t kind;           // mtw_buffer_kind
+  const char* name;
+  uint8_t* written;        // outputs: one byte per byte, set when written (may be null)
+} mtw_buffer_info;
+
+enum mtw_finding_kind {
+  MTW_FINDING_OUT_OF_BOUNDS = 1,    // device access outside every buffer
+  MTW_FINDING_INPUT_WRITE = 2,      // a write to an input buffer
+  MTW_FINDING_RACE = 3,             // threadgroup memory: two threads, no barrier between
+  MTW_FINDING_UNINITIALIZED = 4,    // threadgroup memory read before any write
+  MTW_FINDING_SIMD_DIVERGENCE = 5,  // a SIMD-group function with lanes elsewhere
+  MTW_FINDING_BARRIER_DIVERGENCE = 6,
+};
+
+typedef struct mtw_finding {
+  uint32_t kind;
+  uint32_t write;            // the access (for races: the later one) was a write
+  int32_t buffer;            // index into the buffer infos, or -1
+  int32_t tg_array;          // index of the threadgroup array (see mtw_sanitizer_tg_arrays)
+  int64_t element;           // element index within the buffer or array
+  uint32_t thread[3];        // thread_position_in_threadgroup of the thread
+  uint32_t other[3];         // the other thread of a race
+  uint32_t group[3];         // threadgroup_position_in_grid
+  uint32_t other_write;      // the other access of a race was a write
+  uint64_t pc;               // code offset in the kernel library (for the source line)
+  uint64_t count;            // how many accesses this finding stands for
+} mtw_finding;
+
 typedef struct mtw_launch {
   mtw_entry_fn entry;
   void* const* buffers;
@@ -19,6 +54,11 @@ typedef struct mtw_launch {
   uint32_t tg_static_bytes;    // bytes reserved up front for [[threadgroup(n)]] arguments
   uint32_t workers;            // OS threads to spread threadgroups over (0: all cores)
   uint32_t barrier_free;       // `entry` is mtw_entry_barrier_free: blocking is a bug
+  uint32_t sanitize;           // the kernel library is instrumented: check its accesses
+  const mtw_buffer_info* buffer_info;
+  uint32_t nbuffers;
+  uint32_t max_findings;
+  mtw_finding* findings;       // filled by the sanitizer, up to max_findings
 } mtw_launch;
 
 enum mtw_status {
@@ -44,6 +84,12 @@ const char* mtw_dispatch_message(void);
 // Threadgroup memory high-water mark (bytes) of the last dispatch.
 uint32_t mtw_dispatch_tg_memory(void);
 int mtw_abi_version(void);
+// Sanitizer results of the last dispatch: findings recorded (all kinds together), and the
+// threadgroup arrays the kernel declared (name and element size), by index.
+uint32_t mtw_sanitizer_findings(void);
+uint32_t mtw_sanitizer_tg_arrays(void);
+const char* mtw_sanitizer_tg_array_name(uint32_t index);
+uint32_t mtw_sanitizer_tg_array_element_size(uint32_t index);
 
 #ifdef __cplusplus
 }

@@ -70,7 +70,9 @@ Fiber* take_fiber(Worker* w) {
     w->free_fibers = f->next_free;
   } else {
     if (w->fiber_count > MTW_MAX_THREADS) return nullptr;
-    f = fiber_create(w);
+    if (!w->fiber_arena) w->fiber_arena = fiber_arena_reserve(MTW_MAX_THREADS + 1);
+    if (!w->fiber_arena) return nullptr;
+    f = fiber_create(w, w->fiber_arena, w->fiber_count);
     if (!f) return nullptr;
     w->all_fibers[w->fiber_count++] = f;
   }
@@ -105,7 +107,12 @@ void release_simd(Worker* w, uint32_t simdgroup, uint32_t mask, uint32_t self) {
     outs[lane] = s.out[lane];
     if (!combine) combine = s.combine[lane];
   }
+  if (w->dispatch->launch.sanitize) {
+    sanitizer_simd_release(w, simdgroup, mask, w->waits[simdgroup * MTW_SIMD_WIDTH +
+                                                       __builtin_ctz(mask)].site);
+  }
   combine(ins, outs, mask);
+  w->simd_epoch[simdgroup] += 1;
   s.waiting &= ~mask;
   for (uint32_t lane = 0; lane < MTW_SIMD_WIDTH; ++lane) {
     if (!(mask & (1u << lane))) continue;
@@ -166,6 +173,11 @@ void report_deadlock(Worker* w) {
   char waiting[160] = "", returned[160] = "";
   if (first_waiting != kNoThread) describe_thread(w, first_waiting, waiting, sizeof(waiting));
   if (first_returned != kNoThread) describe_thread(w, first_returned, returned, sizeof(returned));
+  if (w->dispatch->launch.sanitize && first_waiting != kNoThread) {
+    sanitizer_report(w, MTW_FINDING_BARRIER_DIVERGENCE, first_waiting,
+                     first_returned != kNoThread ? first_returned : first_waiting,
+                     w->waits[first_waiting].site);
+  }
   w->failure = MTW_DEADLOCK;
   snprintf(w->message, sizeof(w->message),
            "%u of %u threads wait at threadgroup_barrier (first: %s) while %u "
@@ -226,6 +238,15 @@ int run_threadgroup(Worker* w, uint64_t index) {
   g.tg_memory_used = launch.tg_static_bytes;
   w->barrier_arrived = 0;
   w->failure = MTW_OK;
+  if (launch.sanitize) {
+    if (!w->tg_shadow) {
+      snprintf(w->message, sizeof(w->message), "out of memory for the sanitizer's shadow");
+      return MTW_SYSTEM;
+    }
+    w->group_serial += 1;
+    w->barrier_epoch = 0;
+    memset(w->simd_epoch, 0, sizeof(w->simd_epoch));
+  }
 
   for (;;) {
     Fiber* f;
@@ -288,6 +309,8 @@ extern "C" void mtw_threadgroup_barrier(uint32_t) {
     char here[160], there[160], message[512];
     describe_thread(w, t, here, sizeof(here));
     describe_thread(w, u, there, sizeof(there));
+    if (w->dispatch->launch.sanitize)
+      sanitizer_report(w, MTW_FINDING_BARRIER_DIVERGENCE, t, u, site);
     snprintf(message, sizeof(message),
              "barrier divergence: threads wait at different threadgroup_barrier calls "
              "(%s and %s); all threads of a threadgroup must reach the same barrier",
@@ -295,6 +318,7 @@ extern "C" void mtw_threadgroup_barrier(uint32_t) {
     fail(w, MTW_DEADLOCK, message);
   }
   w->barrier_arrived = 0;
+  w->barrier_epoch += 1;
   for (uint32_t u = 0; u < g.nthreads; ++u) {
     w->waits[u].kind = kNotWaiting;
     if (u != t) w->runnable.push(w->waits[u].fiber);
@@ -332,7 +356,8 @@ extern "C" void mtw_simd_collective(const void* in, void* out, mtw_combine_fn co
   block(w, f);
 }
 
-extern "C" void* mtw_threadgroup_alloc(uint32_t size, uint32_t align) {
+extern "C" void* mtw_threadgroup_alloc(uint32_t size, uint32_t align, const char* name,
+                                       uint32_t element_size) {
   Worker* w = worker_of(current_fiber());
   check_may_block(w, "threadgroup memory");
   mtw_group& g = w->group;
@@ -349,6 +374,8 @@ extern "C" void* mtw_threadgroup_alloc(uint32_t size, uint32_t align) {
   }
   g.tg_cursor[t] = uint32_t(end);
   if (end > g.tg_memory_used) g.tg_memory_used = uint32_t(end);
+  if (t == 0 && w->dispatch->launch.sanitize)
+    sanitizer_register_array(w, offset, size, name, element_size);
   return g.tg_memory + offset;
 }
 

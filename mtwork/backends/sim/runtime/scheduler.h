@@ -6,8 +6,11 @@
 
 #include "fiber.h"
 #include "runtime.h"
+#include "sanitizer.h"
 
 namespace mtw {
+
+constexpr uint32_t kTgMemoryCapacity = 64 * 1024;
 
 enum WaitKind : uint8_t { kNotWaiting = 0, kAtBarrier, kAtSimd };
 
@@ -51,6 +54,7 @@ struct Dispatch {
   volatile int status;            // first failure wins
   volatile uint32_t tg_memory_used;
   char message[2048];
+  SanitizerState san;
 };
 
 struct Worker {
@@ -61,6 +65,7 @@ struct Worker {
   Fiber* free_fibers = nullptr;
   Fiber* all_fibers[MTW_MAX_THREADS + 1];
   uint32_t fiber_count = 0;
+  char* fiber_arena = nullptr;    // MTW_MAX_THREADS + 1 regions, reserved on first use
   RunQueue runnable;
   uint32_t barrier_arrived = 0;
   ThreadWait waits[MTW_MAX_THREADS];
@@ -72,7 +77,17 @@ struct Worker {
   // Fault isolation: where a signal handler jumps back to, and whether kernel code runs.
   sigjmp_buf escape;
   volatile int in_kernel = 0;
+  // Sanitizer state: shadow of threadgroup memory, barrier and SIMD intervals.
+  TgShadow* tg_shadow = nullptr;
+  uint32_t group_serial = 0;
+  uint32_t barrier_epoch = 0;
+  uint16_t simd_epoch[MTW_MAX_SIMDGROUPS];
+  int atomic_depth = 0;
+  uintptr_t os_stack_lo = 0, os_stack_hi = 0;
 };
+
+// The worker running on this OS thread (for code that may run off a fiber).
+extern __thread Worker* tls_worker;
 
 // Runs threadgroup `index` of the worker's dispatch; returns an mtw_status.
 int run_threadgroup(Worker* worker, uint64_t index);

@@ -1,0 +1,190 @@
+"""Sanitizer reports: what the emulator's sanitizer mode found in a kernel run.
+
+`kernel(..., sanitize=True)` (or `MTWORK_SANITIZE=1`) runs the kernel on `sim` with every
+load and store checked (anchors: NVIDIA compute-sanitizer's memcheck, racecheck, synccheck
+and initcheck; Oclgrind; Metal shader validation):
+
+- out-of-bounds reads and writes of device buffers, and writes to inputs;
+- threadgroup-memory races: two threads touching the same element between two barriers,
+  at least one writing, not through atomics (lanes of one SIMD-group are ordered only by
+  a SIMD-group function or `simdgroup_barrier` between them);
+- barrier divergence and SIMD divergence;
+- reads of threadgroup memory never written, and outputs never written when no
+  `init_value` was given;
+- threadgroup memory over 32 KiB and more than 1024 threads per threadgroup.
+
+`sanitize=True` raises `SanitizerError` when anything is found; `sanitize="warn"` warns
+and returns the outputs. Either way the report is kept on the kernel as `last_sanitizer_report`.
+"""
+
+from __future__ import annotations
+
+import html
+import os
+import shutil
+import subprocess
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
+
+from .errors import KernelFault
+
+KINDS = {
+    1: "out-of-bounds access",
+    2: "write to an input buffer",
+    3: "threadgroup memory race",
+    4: "read of uninitialized threadgroup memory",
+    5: "SIMD divergence",
+    6: "barrier divergence",
+    7: "output never written",
+    8: "threadgroup memory over budget",
+    9: "too many threads per threadgroup",
+}
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One kind of defect at one place in the kernel (repeats are counted, not listed)."""
+
+    kind: str
+    kernel: str
+    where: str = ""            # buffer or threadgroup array name
+    element: int | None = None
+    access: str = ""           # "read" / "write"
+    thread: tuple[int, int, int] | None = None
+    other_thread: tuple[int, int, int] | None = None
+    other_access: str = ""
+    threadgroup: tuple[int, int, int] | None = None
+    line: str = ""             # e.g. "source:7"
+    count: int = 1
+    detail: str = ""
+
+    def __str__(self) -> str:
+        parts = [f"{self.kind} in kernel `{self.kernel}`"]
+        if self.where:
+            at = f" element {self.element}" if self.element is not None else ""
+            parts.append(f"{self.access + ' of ' if self.access else ''}`{self.where}`{at}")
+        if self.thread is not None:
+            who = f"thread {self.thread}"
+            if self.threadgroup is not None:
+                who += f" of threadgroup {self.threadgroup}"
+            parts.append(who)
+        if self.other_thread is not None and self.other_thread != self.thread:
+            parts.append(f"and thread {self.other_thread} ({self.other_access or 'access'})")
+        if self.line:
+            parts.append(f"at {self.line}")
+        if self.count > 1:
+            parts.append(f"({self.count} times)")
+        if self.detail:
+            parts.append(self.detail)
+        return ", ".join(parts)
+
+
+@dataclass
+class SanitizerReport:
+    kernel: str
+    findings: list[Finding] = field(default_factory=list)
+
+    @property
+    def errors(self) -> int:
+        return len(self.findings)
+
+    @property
+    def ok(self) -> bool:
+        return not self.findings
+
+    def of_kind(self, kind: str) -> list[Finding]:
+        return [f for f in self.findings if f.kind == kind]
+
+    def __str__(self) -> str:
+        lines = [f"SANITIZER: kernel `{self.kernel}`"]
+        lines += [f"  {i + 1}. {f}" for i, f in enumerate(self.findings)]
+        lines.append(f"SANITIZER SUMMARY: {self.errors} error{'s' if self.errors != 1 else ''}")
+        return "\n".join(lines)
+
+    def _repr_html_(self) -> str:
+        colour = "#1a7f37" if self.ok else "#cf222e"
+        rows = "".join(f"<li>{html.escape(str(f))}</li>" for f in self.findings)
+        return (f"<div><b style='color:{colour}'>Sanitizer: {self.errors} error(s)</b> in "
+                f"<code>{html.escape(self.kernel)}</code><ol>{rows}</ol></div>")
+
+
+class SanitizerWarning(UserWarning):
+    """Findings of a run with sanitize='warn'."""
+
+
+class SanitizerError(KernelFault):
+    """The sanitizer found defects; `report` lists them."""
+
+    def __init__(self, report: SanitizerReport):
+        self.report = report
+        self.kernel = report.kernel
+        self.detail = str(report)
+        Exception.__init__(self, str(report))
+
+
+def mode(sanitize: bool | str | None) -> str | None:
+    """None (off), "raise" or "warn", from the call argument or $MTWORK_SANITIZE."""
+    value = sanitize
+    if value is None:
+        value = os.environ.get("MTWORK_SANITIZE", "") or False
+    if value in (False, "0", "", "off"):
+        return None
+    if value in (True, "1", "raise", "on"):
+        return "raise"
+    if value == "warn":
+        return "warn"
+    raise ValueError(f"sanitize must be True, False or 'warn', got {sanitize!r}")
+
+
+@cache
+def _symbolizer() -> list[str] | None:
+    for tool in ("llvm-symbolizer", "addr2line"):
+        path = shutil.which(tool)
+        if path:
+            return [path]
+    return None
+
+
+def _frames(lines: Sequence[str]) -> list[tuple[str, int]]:
+    frames = []
+    for line in lines:
+        parts = line.strip().rsplit(":", 2)
+        if len(parts) == 3 and parts[1].isdigit():
+            frames.append((parts[0], int(parts[1])))
+        elif len(parts) >= 2 and parts[-1].split(" ")[0].isdigit():
+            frames.append((":".join(parts[:-1]), int(parts[-1].split(" ")[0])))
+    return frames
+
+
+def symbolize(library: Path, offsets: Sequence[int]) -> dict[int, list[tuple[str, int]]]:
+    """Maps code offsets (return addresses) to their inlined frames, innermost first, as
+    (file, line) of the compiled translation unit; empty when no symbolizer is installed."""
+    tool = _symbolizer()
+    wanted = sorted({o for o in offsets if o})
+    if not tool or not wanted:
+        return {}
+    addresses = [hex(o - 1) for o in wanted]  # the call instruction, not the one after it
+    llvm = tool[0].endswith("llvm-symbolizer")
+    if llvm:
+        args = [*tool, f"--obj={library}", "--inlines", *addresses]
+    else:
+        args = [*tool, "-a", "-i", "-e", str(library), *addresses]
+    try:
+        out = subprocess.run(args, capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return {}
+    if llvm:  # one block per address, blocks separated by a blank line
+        blocks = [b.splitlines() for b in out.split("\n\n") if b.strip()]
+    else:  # each address printed ("0x..."), then its frames
+        blocks, current = [], None
+        for line in out.splitlines():
+            if line.startswith("0x"):
+                current = []
+                blocks.append(current)
+            elif current is not None:
+                current.append(line)
+    if len(blocks) != len(wanted):
+        return {}
+    return {offset: _frames(block) for offset, block in zip(wanted, blocks)}
