@@ -118,6 +118,100 @@ def bench_softmax(n: int, rounds: int) -> None:
            interleaved(emulator, numpy_softmax, rounds))
 
 
+# One SIMD-group computes a 32x32 tile of C = A B as 4x4 simdgroup_matrix fragments.
+GEMM = """
+    uint lane = thread_index_in_simdgroup;
+    uint row0 = threadgroup_position_in_grid.y * 32, col0 = threadgroup_position_in_grid.x * 32;
+    simdgroup_float8x8 acc[4][4];
+    for (int i = 0; i < 4; ++i)
+        for (int j = 0; j < 4; ++j) acc[i][j] = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
+    for (uint k = 0; k < K; k += 8) {
+        simdgroup_float8x8 a[4], b[4];
+        for (int i = 0; i < 4; ++i) {
+            simdgroup_load(a[i], A, K, ulong2(k, row0 + 8 * i));
+            simdgroup_load(b[i], B, N, ulong2(col0 + 8 * i, k));
+        }
+        for (int i = 0; i < 4; ++i)
+            for (int j = 0; j < 4; ++j) simdgroup_multiply_accumulate(acc[i][j], a[i], b[j], acc[i][j]);
+    }
+    for (int i = 0; i < 4; ++i)
+        for (int j = 0; j < 4; ++j)
+            simdgroup_store(acc[i][j], C, N, ulong2(col0 + 8 * j, row0 + 8 * i));
+    (void)lane;
+"""
+
+
+def bench_gated_delta_decode(rounds: int) -> None:
+    """mtwork's sequential gated-delta kernel (two simd_sum per token and value row) for one
+    decode step, against the same step in numpy."""
+    family = mtwork.load_family("gated_delta")
+    problem = family.Problem(batch=1, tokens=1, key_heads=8, value_heads=16, dk=128, dv=128)
+    inputs = family.make_inputs(problem)
+    q, k, v, g, beta, state = (np.array(a) for a in inputs)
+    groups = problem.value_heads // problem.key_heads
+
+    def numpy_step():
+        kh, qh = np.repeat(k[0, 0], groups, axis=0), np.repeat(q[0, 0], groups, axis=0)
+        s = state[0] * g[0, 0][:, None, None]
+        delta = (v[0, 0] - np.einsum("hvk,hk->hv", s, kh)) * beta[0, 0][:, None]
+        s = s + delta[:, :, None] * kh[:, None, :]
+        return np.einsum("hvk,hk->hv", s, qh), s
+
+    report("simd_sum-heavy gated-delta decode, Hv=16 D=128",
+           interleaved(lambda: family.run("seq", inputs), numpy_step, rounds))
+
+
+def bench_simdgroup_gemm(size: int, rounds: int) -> None:
+    a = mx.random.normal((size, size))
+    b = mx.random.normal((size, size))
+    an, bn = np.array(a), np.array(b)
+    k = mtwork.metal_kernel("bench_gemm", ["A", "B"], ["C"], GEMM)
+
+    def emulator():
+        return k(inputs=[a, b], template=[("K", size), ("N", size)],
+                 grid=(32 * size // 32, size // 32, 1), threadgroup=(32, 1, 1),
+                 output_shapes=[(size, size)], output_dtypes=[mx.float32])
+
+    out = emulator()[0]
+    assert mtwork.diff(out, an.astype(np.float64) @ bn).ok
+    start = time.perf_counter()
+    emulator()
+    seconds = time.perf_counter() - start
+    cores = os.cpu_count() or 1
+    gflops = 2 * size**3 / seconds / 1e9
+    report(f"simdgroup_matrix GEMM f32 {size}^3", interleaved(emulator, lambda: an @ bn, rounds))
+    print(f"{'':<44} {gflops:.2f} GFLOP/s, {gflops / cores:.2f} per core "
+          f"(target >= 1 per core: {'met' if gflops / cores >= 1 else 'NOT met'})")
+
+
+def sanitizer_overhead(n: int, rounds: int) -> None:
+    """Sanitized runs against plain runs of the same kernels (target: at most 20x)."""
+    x = mx.random.normal((n,))
+    cases = {
+        "exp": (EXP, dict(grid=(n, 1, 1), output_shapes=[(n,)])),
+        "tree sum": (TREE_SUM, dict(grid=(n, 1, 1), output_shapes=[(n // 256,)])),
+        "softmax": (SOFTMAX, dict(template=[("N", 1024)], grid=(32, n // 1024, 1),
+                                  threadgroup=(32, 1, 1), output_shapes=[(n // 1024, 1024)])),
+    }
+    for label, (body, extra) in cases.items():
+        k = mtwork.metal_kernel(f"bench_sanitize_{label.replace(' ', '_')}", ["inp"], ["out"],
+                                body)
+        call = {"inputs": [x.reshape(-1, 1024) if label == "softmax" else x],
+                "threadgroup": (256, 1, 1), "output_dtypes": [mx.float32], **extra}
+
+        def sanitized(k=k, call=call):
+            return k(**call, sanitize=True)
+
+        def plain(k=k, call=call):
+            return k(**call)
+
+        ratios = interleaved(sanitized, plain, rounds)
+        med = statistics.median(ratios)
+        print(f"sanitizer overhead, {label:<10} {n:,} elements   sanitized/plain = {med:6.2f}x "
+              f"[min {min(ratios):.2f}, max {max(ratios):.2f}]  (target <= 20x: "
+              f"{'met' if med <= 20 else 'NOT met'})")
+
+
 def simd_collective_ns(simdgroups: int = 256, repeats: int = 200) -> float:
     """Time of one simd_sum over a whole SIMD-group, from a loop of dependent reductions."""
     k = mtwork.metal_kernel("bench_collective", ["inp"], ["out"], """
@@ -193,6 +287,9 @@ def main() -> None:
     bench_exp(args.size, args.rounds)
     bench_tree_sum(args.size, args.rounds)
     bench_softmax(args.size // 4, args.rounds)
+    bench_gated_delta_decode(args.rounds)
+    bench_simdgroup_gemm(512, max(1, args.rounds // 2))
+    sanitizer_overhead(args.size // 16, args.rounds)
     ns = simd_collective_ns()
     print(f"one SIMD-group collective (simd_sum of 32 lanes) {ns:8.0f} ns per core "
           f"(target < 1000 ns: {'met' if ns < 1000 else 'NOT met'})")

@@ -20,6 +20,7 @@ from .families import KernelSpec, family_names, load_family
 from .kernel import MetalKernel, metal_kernel
 from .library import Kernel, Library, Outputs, load_metal, new_buffer
 from .oracle import DiffReport, assert_bitwise_equal, assert_close, diff
+from .sanitizer import SanitizerError, SanitizerReport
 from .sweeps import (
     Launch,
     SweepError,
@@ -49,6 +50,8 @@ __all__ = [
     "Clock",
     "Comparison",
     "Measurement",
+    "SanitizerError",
+    "SanitizerReport",
     "SweepError",
     "SweepInterrupted",
     "SweepResult",

@@ -104,16 +104,10 @@ def test_mxfp4_kernel_decodes_every_code_with_every_scale(dtype):
     out = run(fam.mxfp4_launch(256, 32, dtype, per_thread=4), inputs)[0]
     with np.errstate(over="ignore"):  # 6 * 2^127 overflows float32, as it does in-kernel
         expected = fam.rounded_to(fam.mxfp4_reference(*inputs), dtype)
-    if dtype == mx.bfloat16:  # subnormal bfloat16 results: see the xfail test below
-        kept = mx.array(~bfloat16_subnormal(expected))
-        out, expected = mx.where(kept, out, 0), mx.where(kept, expected, 0)
     assert_value_exact(out, expected)
     assert np.isnan(np.array(out.astype(mx.float32))[255]).all()
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError,
-                   reason="sim: zig's compiler-rt __truncsfbf2 (float -> __bf16) flushes "
-                   "float subnormals to zero instead of rounding them")
 def test_mxfp4_kernel_keeps_subnormal_bfloat16_results():
     inputs = every_code_with_every_scale()
     with np.errstate(over="ignore"):

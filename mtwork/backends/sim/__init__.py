@@ -15,7 +15,7 @@ import mlx.core as mx
 import numpy as np
 
 from ... import dtypes
-from ...errors import KernelDeadlock, KernelFault, ThreadgroupMemoryError
+from ...errors import KernelDeadlock, KernelFault, KernelTimeout, ThreadgroupMemoryError
 from ...sanitizer import KINDS as SANITIZER_KINDS
 from ...sanitizer import Finding, SanitizerReport, symbolize
 from ...source import GeneratedSource, Param, template_text
@@ -243,6 +243,11 @@ def run_body_kernel(
             barrier_free = False
             continue
         except KernelFault as fault:
+            if barrier_free and not isinstance(fault, KernelTimeout):
+                # The fast path does not track which thread runs; fault again on the
+                # general path to name it.
+                barrier_free = False
+                continue
             if sanitizing is None:
                 raise
             report = _report(name, compiled, sanitizing, keep, gen.params, init_value,

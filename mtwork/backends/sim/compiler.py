@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import platform
 import re
 import shutil
 import subprocess
@@ -57,6 +58,8 @@ MATH_MODE_FLAGS = {
                 "-freciprocal-math", "-fassociative-math"),
     "fast": ("-ffast-math", "-ffp-contract=fast"),
 }
+# The x86 bfloat conversion instruction flushes subnormals; the shim's __truncsfbf2 rounds.
+TARGET_FLAGS = ("-mno-avx512bf16",) if platform.machine() in ("x86_64", "AMD64") else ()
 KERNEL_DEFINES = ("-D__METAL_VERSION__=320", "-DMLX_METAL_JIT", "-D__HAVE_MTWORK_EMULATOR__=1")
 
 _build_lock = threading.Lock()
@@ -204,7 +207,7 @@ def compile_kernel(tu: Translation, math_mode: str, kernel_label: str,
     `include_dirs` are searched after the shim and MLX's headers (`-I`, in order);
     `sanitize` builds the instrumented variant the sanitizer mode runs.
     """
-    flags = [*COMMON_FLAGS, *MATH_MODE_FLAGS[math_mode], *KERNEL_DEFINES]
+    flags = [*COMMON_FLAGS, *TARGET_FLAGS, *MATH_MODE_FLAGS[math_mode], *KERNEL_DEFINES]
     if sanitize:
         flags += SANITIZE_FLAGS
     user_includes = [arg for d in include_dirs for arg in ("-I", str(d))]

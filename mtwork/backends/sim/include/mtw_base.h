@@ -41,6 +41,17 @@ typedef unsigned long ulong;
 typedef _Float16 half;
 typedef __bf16 bfloat;
 
+// float -> bfloat, rounding to nearest even and keeping subnormals (as MLX does). clang
+// calls this for every conversion; the compiler's own version (and x86's instruction,
+// turned off by the driver) flush subnormals to zero.
+extern "C" __attribute__((visibility("hidden"))) __bf16 __truncsfbf2(float x) {
+  uint32_t u = __builtin_bit_cast(uint32_t, x);
+  uint16_t r = (u & 0x7fffffffu) > 0x7f800000u
+                   ? uint16_t((u >> 16) | 0x40)  // NaN stays NaN (quiet)
+                   : uint16_t((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+  return __builtin_bit_cast(__bf16, r);
+}
+
 namespace metal {
 
 // ---- type traits -------------------------------------------------------------------------

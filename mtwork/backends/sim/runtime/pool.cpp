@@ -19,6 +19,8 @@
 using namespace mtw;
 
 __thread Worker* mtw::tls_worker = nullptr;
+Worker** mtw::workers = nullptr;
+int mtw::pool_size = 0;
 
 namespace {
 
@@ -29,9 +31,7 @@ constexpr int kFaultSignalCount = sizeof(kFaultSignals) / sizeof(kFaultSignals[0
 pthread_mutex_t mutex = PTHREAD_MUTEX_INITIALIZER;
 pthread_cond_t work_ready = PTHREAD_COND_INITIALIZER;
 pthread_cond_t work_done = PTHREAD_COND_INITIALIZER;
-Worker** workers = nullptr;
 pthread_t* threads = nullptr;
-int pool_size = 0;
 uint64_t generation = 0;
 int participants = 0;
 int active = 0;

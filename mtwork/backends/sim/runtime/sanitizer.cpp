@@ -211,8 +211,19 @@ void device_access(Worker* w, uintptr_t address, uint32_t size, bool write, cons
   }
 }
 
+// The worker whose fiber runs this code, found from the stack pointer (cheaper than a
+// thread-local in a dlopen'ed library); off a fiber (the scheduler's stack), the TLS one.
+Worker* worker_here() {
+  uintptr_t sp = reinterpret_cast<uintptr_t>(__builtin_frame_address(0));
+  for (int i = 0; i < pool_size; ++i) {
+    Worker* w = workers[i];
+    if (sp - reinterpret_cast<uintptr_t>(w->fiber_arena) < kFiberArenaBytes) return w;
+  }
+  return tls_worker;
+}
+
 void on_access(const void* p, uint32_t size, bool write, const void* pc) {
-  Worker* w = tls_worker;
+  Worker* w = worker_here();
   if (!w || !w->in_kernel || w->atomic_depth || !w->dispatch->launch.sanitize) return;
   uintptr_t a = reinterpret_cast<uintptr_t>(p);
   // A thread's own memory and the runtime's: fiber stacks, the worker's stack and state.

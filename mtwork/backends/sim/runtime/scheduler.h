@@ -88,6 +88,9 @@ struct Worker {
 
 // The worker running on this OS thread (for code that may run off a fiber).
 extern __thread Worker* tls_worker;
+// The worker pool (fixed once created).
+extern Worker** workers;
+extern int pool_size;
 
 // Runs threadgroup `index` of the worker's dispatch; returns an mtw_status.
 int run_threadgroup(Worker* worker, uint64_t index);
