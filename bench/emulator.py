@@ -120,7 +120,6 @@ def bench_softmax(n: int, rounds: int) -> None:
 
 # One SIMD-group computes a 32x32 tile of C = A B as 4x4 simdgroup_matrix fragments.
 GEMM = """
-    uint lane = thread_index_in_simdgroup;
     uint row0 = threadgroup_position_in_grid.y * 32, col0 = threadgroup_position_in_grid.x * 32;
     simdgroup_float8x8 acc[4][4];
     for (int i = 0; i < 4; ++i)
@@ -132,12 +131,12 @@ GEMM = """
             simdgroup_load(b[i], B, N, ulong2(col0 + 8 * i, k));
         }
         for (int i = 0; i < 4; ++i)
-            for (int j = 0; j < 4; ++j) simdgroup_multiply_accumulate(acc[i][j], a[i], b[j], acc[i][j]);
+            for (int j = 0; j < 4; ++j)
+                simdgroup_multiply_accumulate(acc[i][j], a[i], b[j], acc[i][j]);
     }
     for (int i = 0; i < 4; ++i)
         for (int j = 0; j < 4; ++j)
             simdgroup_store(acc[i][j], C, N, ulong2(col0 + 8 * j, row0 + 8 * i));
-    (void)lane;
 """
 
 
