@@ -82,6 +82,19 @@ class KernelSpec:
         )
 
 
+def import_sibling(family_module: str, family_file: str, name: str) -> ModuleType:
+    """Imports `<name>.py` beside a family's `family.py` (family folders are not on
+    sys.path): `formats = import_sibling(__name__, __file__, "formats")`."""
+    qualified = f"{family_module}.{name}"
+    if qualified not in sys.modules:
+        spec = importlib.util.spec_from_file_location(
+            qualified, Path(family_file).with_name(f"{name}.py"))
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[qualified] = module
+        spec.loader.exec_module(module)
+    return sys.modules[qualified]
+
+
 def family_names() -> list[str]:
     return sorted(p.parent.name for p in kernels_dir().glob("*/family.py"))
 

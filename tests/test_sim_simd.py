@@ -1,11 +1,11 @@
 """SIMD-group and quad-group functions on the emulator, against numpy oracles written from
 Metal's definitions (MSL specification, section 6.9).
 
-Every kernel runs on a grid of 84 threads in threadgroups of 64: two full SIMD-groups and
-a partial one of 20 lanes at the edge, and a few lanes return before the SIMD-group
-functions run. Those lanes are inactive: reductions, scans and votes take only the active
-lanes; a shuffle from an inactive lane gives the caller its own value (Metal leaves that
-undefined; mtw_simd.h documents the choice).
+The kernels that test many functions at once run on a grid of 84 threads in threadgroups
+of 64: two full SIMD-groups and a partial one of 20 lanes at the edge, and a few lanes
+return before the SIMD-group functions run. Those lanes are inactive: reductions, scans
+and votes take only the active lanes; a shuffle from an inactive lane gives the caller its
+own value (Metal leaves that undefined; mtw_simd.h documents the choice).
 """
 
 from __future__ import annotations

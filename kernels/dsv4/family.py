@@ -19,34 +19,18 @@ and the top-k sweep space.
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from pathlib import Path
-from types import ModuleType
 
 import mlx.core as mx
 import numpy as np
 
 import mtwork
+from mtwork.families import import_sibling
 from mtwork.sweeps import Config, Constraint, Launch
 
-
-def _sibling(name: str) -> ModuleType:
-    """Imports `<name>.py` beside this file (the family folder is not on sys.path)."""
-    qualified = f"{__name__}.{name}"
-    if qualified not in sys.modules:
-        spec = importlib.util.spec_from_file_location(
-            qualified, Path(__file__).with_name(f"{name}.py"))
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[qualified] = module
-        spec.loader.exec_module(module)
-    return sys.modules[qualified]
-
-
-formats = _sibling("formats")
-reference = _sibling("reference")
+formats = import_sibling(__name__, __file__, "formats")
+reference = import_sibling(__name__, __file__, "reference")
 
 DESCRIPTION = (
     "DeepSeek-V4: MXFP4 and FP8 block dequant, sqrt-softplus MoE router, partial RoPE, "

@@ -8,34 +8,18 @@ file) and each thread writes `EPT` consecutive weights. The CPU side of the form
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import cache
-from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import mlx.core as mx
 import numpy as np
 
 import mtwork
+from mtwork.families import import_sibling
 
-
-def _sibling(name: str) -> ModuleType:
-    """Imports `<name>.py` beside this file (the family folder is not on sys.path)."""
-    qualified = f"{__name__}.{name}"
-    if qualified not in sys.modules:
-        spec = importlib.util.spec_from_file_location(
-            qualified, Path(__file__).with_name(f"{name}.py"))
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[qualified] = module
-        spec.loader.exec_module(module)
-    return sys.modules[qualified]
-
-
-quants = _sibling("quants")
+quants = import_sibling(__name__, __file__, "quants")
 
 DESCRIPTION = "GGUF block dequantisation (q8_0, q2_K, iq2_xxs) to f32/f16/bf16"
 

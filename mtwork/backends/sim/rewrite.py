@@ -166,10 +166,15 @@ def _enclosing_scope(mask: str, pos: int) -> int:
     return -1
 
 
+# Definitions grouped by (scope, signature without address spaces): for each, the number
+# of address-space words, start and end offsets.
+Variants = dict[tuple[int, str], list[tuple[int, int, int]]]
+
+
 def _collapse_address_space_overloads(text: str) -> str:
     """Keeps one of each group of functions that differ only in address spaces."""
     mask = code_mask(text)
-    groups: dict[tuple[int, str], list[tuple[int, int, int]]] = {}
+    groups: Variants = {}
     last_end = 0
     for m in _DEFINITION.finditer(mask):
         if m.start() < last_end:
@@ -185,6 +190,12 @@ def _collapse_address_space_overloads(text: str) -> str:
         scope = _enclosing_scope(mask, start)
         last_end = _definition_end(mask, m.end())
         groups.setdefault((scope, key), []).append((len(spaces), start, last_end))
+    return _keep_one_of_each(text, groups)
+
+
+def _keep_one_of_each(text: str, groups: Variants) -> str:
+    """For each group of (address-space words, start, end) definitions that differ only in
+    address spaces, keeps the one with the fewest (the `thread` or plain one)."""
     removals = []
     for defs in groups.values():
         if len(defs) < 2 or all(n == 0 for n, _, _ in defs):
@@ -203,7 +214,7 @@ def _collapse_address_space_specializations(text: str) -> str:
     """Keeps one of each group of class specializations that differ only in address spaces
     (`pointer_element<device T*>` beside `pointer_element<thread T*>`)."""
     mask = code_mask(text)
-    groups: dict[tuple[int, str], list[tuple[int, int, int]]] = {}
+    groups: Variants = {}
     for m in _SPECIALIZATION.finditer(mask):
         close = m.end() - 1
         depth = 0
@@ -227,14 +238,7 @@ def _collapse_address_space_specializations(text: str) -> str:
         groups.setdefault((_enclosing_scope(mask, start), key), []).append(
             (len(spaces), start, end)
         )
-    removals = []
-    for defs in groups.values():
-        if len(defs) > 1:
-            keep = min(defs, key=lambda d: d[0])
-            removals += [(a, b) for d in defs if d is not keep for _, a, b in [d]]
-    for a, b in sorted(removals, reverse=True):
-        text = text[:a] + _same_lines(text[a:b], "") + text[b:]
-    return text
+    return _keep_one_of_each(text, groups)
 
 
 _THREADGROUP_DECL = re.compile(r"(?<![\w.])threadgroup\s+(?!\s*[*&])")
