@@ -341,3 +341,14 @@ def test_a_kernel_hiding_its_simd_calls_still_runs_correctly():
                      output_shapes=[(64,)], output_dtypes=[mx.float32])[0]
         expected = np.repeat(x.reshape(2, 32).sum(axis=1), 32)
         np.testing.assert_array_equal(np.array(out), expected)
+
+
+@pytest.mark.parametrize("body, what", [
+    ("int d = int(a[0]); out[0] = float(7 / d);", "arithmetic trap"),
+    ("__builtin_trap();", "trap"),
+])
+def test_traps_become_kernel_faults(body, what):
+    kernel = mtwork.metal_kernel("trapping", ["a"], ["out"], body)
+    with pytest.raises(mtwork.KernelFault, match=what):
+        kernel(**GOOD)
+    assert mx.array_equal(_copy_kernel()(**GOOD)[0], mx.zeros((1,)))
