@@ -524,12 +524,6 @@ LOOP = """
 DIVERGENT_X = np.random.default_rng(9).integers(-100, 100, size=64).astype(np.int32)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="runtime/scheduler.cpp release_stuck_simd lets the lanes with the most "
-           "collectives go first, so the lanes of the first branch run ahead to the next "
-           "collective; releasing the lowest call site first gives Metal's order",
-)
 def test_divergent_branches_each_reduce_their_own_lanes_then_rejoin():
     """An if/else whose branches both call simd_sum: each reduces over its own lanes, and
     the simd_sum after the if/else has all 32 lanes again."""

@@ -41,6 +41,11 @@ COMMON_FLAGS = (
     # Every function convergent, as for GPU languages: the optimizer may not split a
     # barrier or SIMD-group call into several call sites (jump threading does otherwise).
     "-fconvergent-functions",
+    # Float-to-integer conversions saturate (NaN gives 0), as GPU conversions do.
+    "-fno-strict-float-cast-overflow",
+    # No peeling or unrolling of loops: a SIMD-group function inside a loop then stays one
+    # call site, which the runtime's divergence handling relies on.
+    "-fno-unroll-loops",
     "-nostdlib++",  # kernels and runtime use no C++ library: nothing for zig to build
     "-Wno-unknown-attributes",
     "-Wno-unknown-pragmas",
@@ -59,7 +64,10 @@ MATH_MODE_FLAGS = {
     "fast": ("-ffast-math", "-ffp-contract=fast"),
 }
 # The x86 bfloat conversion instruction flushes subnormals; the shim's __truncsfbf2 rounds.
-TARGET_FLAGS = ("-mno-avx512bf16",) if platform.machine() in ("x86_64", "AMD64") else ()
+# (Given any -m flag, zig drops its default native target: name it again.)
+TARGET_FLAGS = (
+    ("-march=native", "-mno-avx512bf16") if platform.machine() in ("x86_64", "AMD64") else ()
+)
 KERNEL_DEFINES = ("-D__METAL_VERSION__=320", "-DMLX_METAL_JIT", "-D__HAVE_MTWORK_EMULATOR__=1")
 
 _build_lock = threading.Lock()

@@ -205,8 +205,15 @@ struct vec<T, 4> {
 
 template <typename To, typename ToElement, typename FromVec>
 MTW_INLINE To __convert_storage(FromVec from) {
+  using from_element = remove_cvref_t<decltype(from[0])>;
   if constexpr (is_same_v<ToElement, bool>) {
     return __builtin_convertvector(from != 0, To) & (To)1;  // nonzero becomes true
+  } else if constexpr (is_integral_v<ToElement> && is_floating_point_v<from_element>) {
+    // One component at a time: scalar casts saturate (-fno-strict-float-cast-overflow),
+    // a vector conversion would not.
+    To out;
+    for (int i = 0; i < __builtin_vectorelements(FromVec); ++i) out[i] = ToElement(from[i]);
+    return out;
   } else {
     return __builtin_convertvector(from, To);
   }

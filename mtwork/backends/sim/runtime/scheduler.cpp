@@ -88,6 +88,25 @@ void give_back(Worker* w, Fiber* f) {
   w->free_fibers = f;
 }
 
+// Remembers that the lanes in `mask` completed a collective at `site`.
+void remember_site(SimdWait& s, const void* site, uint32_t mask) {
+  for (uint32_t i = 0; i < kSitesRemembered; ++i) {
+    if (s.done_site[i] == site) {
+      s.done_lanes[i] |= mask;
+      return;
+    }
+  }
+  uint32_t slot = s.done_next++ % kSitesRemembered;  // forget the oldest
+  s.done_site[slot] = site;
+  s.done_lanes[slot] = mask;
+}
+
+uint32_t lanes_done_at(const SimdWait& s, const void* site) {
+  for (uint32_t i = 0; i < kSitesRemembered; ++i)
+    if (s.done_site[i] == site) return s.done_lanes[i];
+  return 0;
+}
+
 uint32_t lanes_in(const mtw_group& g, uint32_t simdgroup) {
   uint32_t first = simdgroup * MTW_SIMD_WIDTH;
   uint32_t left = g.nthreads - first;
@@ -113,6 +132,7 @@ void release_simd(Worker* w, uint32_t simdgroup, uint32_t mask, uint32_t self) {
   }
   combine(ins, outs, mask);
   w->simd_epoch[simdgroup] += 1;
+  remember_site(s, w->waits[simdgroup * MTW_SIMD_WIDTH + __builtin_ctz(mask)].site, mask);
   s.waiting &= ~mask;
   for (uint32_t lane = 0; lane < MTW_SIMD_WIDTH; ++lane) {
     if (!(mask & (1u << lane))) continue;
@@ -126,9 +146,12 @@ void release_simd(Worker* w, uint32_t simdgroup, uint32_t mask, uint32_t self) {
 
 // When nothing can run, lanes of a SIMD-group that wait in collectives go ahead with the
 // lanes that are there: lanes that returned or wait at a threadgroup barrier are inactive,
-// as on the GPU. Lanes waiting at different call sites diverged; the group that has done
-// the most collectives goes first (lanes still inside a loop before those past it), ties
-// by lower code address. Returns whether any collective was released.
+// as on the GPU. Lanes waiting at different call sites diverged, and the GPU would run one
+// side with the others inactive until they reconverge. Which first: a site that other
+// waiting lanes have already passed (they have left a loop these lanes are still in), else
+// the site with the fewest collectives done (lanes behind go first, so the branches of an
+// if/else each finish before the code after them), ties by lower code address. Returns
+// whether any collective was released.
 bool release_stuck_simd(Worker* w) {
   const mtw_group& g = w->group;
   uint32_t simdgroups = (g.nthreads + MTW_SIMD_WIDTH - 1) / MTW_SIMD_WIDTH;
@@ -137,14 +160,24 @@ bool release_stuck_simd(Worker* w) {
     uint32_t waiting = w->simd[sg].waiting;
     if (!waiting) continue;
     const void* best_site = nullptr;
+    bool best_passed = false;
     uint32_t best_count = 0;
     for (uint32_t lane = 0; lane < MTW_SIMD_WIDTH; ++lane) {
       if (!(waiting & (1u << lane))) continue;
       const ThreadWait& tw = w->waits[sg * MTW_SIMD_WIDTH + lane];
-      bool better = !best_site || tw.collectives > best_count ||
-                    (tw.collectives == best_count && tw.site < best_site);
+      // Has a lane now waiting elsewhere completed this site before?
+      uint32_t elsewhere = 0;
+      for (uint32_t other = 0; other < MTW_SIMD_WIDTH; ++other)
+        if ((waiting & (1u << other)) && w->waits[sg * MTW_SIMD_WIDTH + other].site != tw.site)
+          elsewhere |= 1u << other;
+      bool passed = (lanes_done_at(w->simd[sg], tw.site) & elsewhere) != 0;
+      bool better = !best_site || (passed && !best_passed) ||
+                    (passed == best_passed &&
+                     (tw.collectives < best_count ||
+                      (tw.collectives == best_count && tw.site < best_site)));
       if (better) {
         best_site = tw.site;
+        best_passed = passed;
         best_count = tw.collectives;
       }
     }
@@ -233,8 +266,17 @@ int run_threadgroup(Worker* w, uint64_t index) {
   g.done = 0;
   uint32_t simdgroups = (g.nthreads + MTW_SIMD_WIDTH - 1) / MTW_SIMD_WIDTH;
   memset(g.simd_done, 0, simdgroups * sizeof(g.simd_done[0]));
-  for (uint32_t sg = 0; sg < simdgroups; ++sg) w->simd[sg].waiting = 0;
-  memset(w->waits, 0, g.nthreads * sizeof(ThreadWait));
+  if (!g.barrier_free) {  // the barrier-free loop never blocks: nothing to wait for
+    for (uint32_t sg = 0; sg < simdgroups; ++sg) {
+      SimdWait& s = w->simd[sg];
+      s.waiting = 0;
+      if (s.done_next) {
+        s.done_next = 0;
+        memset(s.done_site, 0, sizeof(s.done_site));
+      }
+    }
+    memset(w->waits, 0, g.nthreads * sizeof(ThreadWait));
+  }
   g.tg_memory_used = launch.tg_static_bytes;
   w->barrier_arrived = 0;
   w->failure = MTW_OK;

@@ -21,8 +21,14 @@ struct ThreadWait {
   WaitKind kind;
 };
 
+constexpr uint32_t kSitesRemembered = 16;
+
 struct SimdWait {
   uint32_t waiting;  // lanes blocked in a collective
+  // Which lanes have completed a collective at each recently seen call site.
+  const void* done_site[kSitesRemembered];
+  uint32_t done_lanes[kSitesRemembered];
+  uint32_t done_next;
   const void* in[MTW_SIMD_WIDTH];
   void* out[MTW_SIMD_WIDTH];
   mtw_combine_fn combine[MTW_SIMD_WIDTH];
