@@ -4,7 +4,7 @@
 Apple GPU through MLX, elsewhere on `sim`, a CPU emulator that runs the same MSL.
 """
 
-from . import plots
+from . import editor, plots
 from .backends import backends, default_backend
 from .errors import (
     BackendUnavailable,
@@ -66,6 +66,7 @@ __all__ = [
     "bench",
     "compare",
     "diff",
+    "editor",
     "divides",
     "family_names",
     "load_family",

@@ -67,6 +67,12 @@ class KernelSpec:
         path = self.header_path
         return path.read_text() if path else ""
 
+    def edit(self, build: Any, **options: Any) -> Any:
+        """A live editor for this kernel (see mtwork.editor)."""
+        from .editor import editor
+
+        return editor(self, build, **options)
+
     def kernel(self, *, source: str | None = None, header: str | None = None,
                **options: Any) -> MetalKernel:
         """The kernel built from the files (or from `source`/`header` given as text)."""

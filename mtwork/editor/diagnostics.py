@@ -1,0 +1,48 @@
+"""Compiler messages as editor diagnostics: `source:LINE:COL: error: ...` lines of a
+`CompileError` message, located in the author's own files (the kernel body, the header)."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import asdict, dataclass
+from typing import Any, Literal
+
+File = Literal["source", "header"]
+Severity = Literal["error", "warning", "note"]
+
+_DIAGNOSTIC = re.compile(
+    r"^(?P<file>source|header):(?P<line>\d+):(?P<col>\d+): "
+    r"(?P<severity>fatal error|error|warning|note): (?P<message>.*)$",
+    re.MULTILINE,
+)
+
+
+@dataclass(frozen=True)
+class Diagnostic:
+    """One compiler message at a place in the body (`source`) or the header; 1-based."""
+
+    file: File
+    line: int
+    col: int
+    severity: Severity
+    message: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def __str__(self) -> str:
+        return f"{self.file}:{self.line}:{self.col}: {self.severity}: {self.message}"
+
+
+def parse_diagnostics(message: str, *, header_shift: int = 0) -> list[Diagnostic]:
+    """The located messages of a compiler's text, in order. `header_shift` is the number of
+    lines put in front of the author's header (a Launch's `#define`s), subtracted from
+    header lines; a message that lands in those lines is put on line 1."""
+    found = []
+    for m in _DIAGNOSTIC.finditer(message):
+        line = int(m["line"])
+        if m["file"] == "header":
+            line = max(1, line - header_shift)
+        severity = "error" if m["severity"] == "fatal error" else m["severity"]
+        found.append(Diagnostic(m["file"], line, int(m["col"]), severity, m["message"]))
+    return found

@@ -1,0 +1,429 @@
+"""The edit-compile-run-check loop behind `mtwork.editor`, without any widget.
+
+An `EditLoop` holds the texts being edited (a `KernelSpec`'s body and header), the knob
+setting, and what the last run found. `run()` builds the launch for the current knobs
+(`build(config)` returns an `mtwork.Launch`; its kernel is replaced by the one built
+from the edited texts), compiles, runs on the inputs, diffs every output against the
+oracle and, when all match, times the kernel. Nothing in the loop ever changes the texts:
+a compile error, a fault or an exception in `build` becomes an `Outcome`, and the buffers
+stay as they were. `submit()` and `schedule()` do the same on a background thread.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import inspect
+import itertools
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import Future
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import mlx.core as mx
+
+from ..backends import resolve as resolve_backend
+from ..errors import CompileError, KernelFault
+from ..families import KernelSpec
+from ..kernel import MetalKernel
+from ..oracle import DiffReport, diff
+from ..sweeps import Config, Launch, SweepResult, define_lines, sweep
+from ..timing import Measurement, TimeUnit, bench, output_arrays, wait_for
+from .background import Worker
+from .diagnostics import Diagnostic, parse_diagnostics
+from .knobs import Knobs
+
+log = logging.getLogger(__name__)
+
+Status = Literal["compiled", "ok", "wrong", "compile_error", "fault", "error"]
+Event = Literal["texts", "knobs", "phase", "outcome", "sweep", "saved"]
+Listener = Callable[[Event], None]
+Build = Callable[[Config], Launch]
+
+DEFAULT_TIMEOUT = 30.0  # seconds a kernel may run on sim before the watchdog stops it
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What one compile (and run) of the edited texts gave."""
+
+    number: int
+    status: Status
+    source: str
+    header: str
+    config: dict[str, Any]
+    message: str = ""  # the compiler's text, the fault, or the error
+    diagnostics: tuple[Diagnostic, ...] = ()
+    diffs: tuple[DiffReport, ...] = ()
+    measurement: Measurement | None = None
+    seconds: float = 0.0  # wall time of the whole step
+
+    @property
+    def ok(self) -> bool:
+        """Compiled, ran, and every output matched the oracle."""
+        return self.status == "ok"
+
+    @property
+    def compiled(self) -> bool:
+        return self.status != "compile_error"
+
+    def summary(self) -> str:
+        """One line: status, the diff verdicts and the time."""
+        config = ", ".join(f"{k}={v}" for k, v in self.config.items())
+        head = f"run #{self.number}: {_STATUS_TEXT[self.status]}"
+        if config:
+            head += f" [{config}]"
+        parts = [head]
+        if self.diffs:
+            parts.append("; ".join(
+                f"{d.name}: {'PASS' if d.ok else 'FAIL'}"
+                + ("" if d.ok else f" {d.n_mismatch}/{d.size} mismatches") for d in self.diffs))
+        if self.measurement is not None:
+            median = self.measurement.median
+            parts.append(f"median {TimeUnit.for_seconds(median).format(median)} "
+                         f"[{self.measurement.clock.label}]")
+        elif self.message and self.status != "compile_error":
+            parts.append(self.message.splitlines()[0])
+        return " — ".join(parts)
+
+
+_STATUS_TEXT = {
+    "compiled": "compiled",
+    "ok": "correct",
+    "wrong": "wrong result",
+    "compile_error": "compile error",
+    "fault": "kernel fault",
+    "error": "error",
+}
+
+
+class EditLoop:
+    """The texts of `spec` being edited, and the loop that compiles, runs and checks them.
+
+    - `build(config)` returns the `mtwork.Launch` for a knob setting (grid, threadgroup,
+      template values, defines, output shapes); its kernel is swapped for the edited one.
+    - `inputs`: the arrays the kernel runs on (unless the launch carries its own); the
+      oracle gets them too.
+    - `oracle`: expected outputs, a function of the inputs, or one that also takes
+      `config=` (as `mtwork.sweep` takes it); None: run without checking.
+    - `knobs`: the parameter space (`Knobs`); `diff_options` go to `mtwork.diff`.
+    - `backend`: "sim" or "metal" (default: the default backend); `timeout`: seconds a
+      run may take on sim before the watchdog stops it (when the launch sets none).
+    - `bench_rounds`, `bench_warmup`: timing after a correct run (0 rounds: no timing).
+    """
+
+    def __init__(
+        self,
+        spec: KernelSpec,
+        build: Build,
+        *,
+        inputs: Sequence[Any] = (),
+        oracle: Any = None,
+        knobs: Knobs | None = None,
+        diff_options: Mapping[str, Any] | None = None,
+        backend: str | None = None,
+        timeout: float | None = DEFAULT_TIMEOUT,
+        bench_rounds: int = 3,
+        bench_warmup: int = 1,
+    ):
+        self.spec = spec
+        self.build = build
+        self.inputs = list(inputs)
+        self.oracle = oracle
+        self.knobs = knobs or Knobs()
+        self.diff_options = dict(diff_options or {})
+        self.backend = resolve_backend(backend)
+        self.timeout = timeout
+        self.bench_rounds = bench_rounds
+        self.bench_warmup = bench_warmup
+        self.last: Outcome | None = None
+        self.last_good: Outcome | None = None
+        self.last_sweep: SweepResult | None = None
+        self.phase = "idle"
+        self._source = spec.read_source()
+        self._header = spec.read_header()
+        self._texts_lock = threading.Lock()
+        self._run_lock = threading.Lock()
+        self._numbers = itertools.count(1)
+        self._expected: dict[str, Any] = {}
+        self._listeners: list[Listener] = []
+        self.worker = Worker()
+        self._materialize_inputs()
+
+    def _materialize_inputs(self) -> None:
+        """Evaluate the inputs here: MLX streams belong to the thread that made them, so
+        arrays still lazy could not be evaluated by the background thread."""
+        arrays = list(self.inputs)
+        if self.oracle is not None and not callable(self.oracle):
+            arrays += output_arrays(self.oracle)
+        try:
+            launch = self.build(self.knobs.config)
+            arrays += list(getattr(launch, "inputs", None) or [])
+        except Exception:  # noqa: BLE001 - a failing build is reported by run()
+            pass
+        lazy = [a for a in arrays if isinstance(a, mx.array)]
+        if lazy:
+            mx.eval(lazy)
+
+    # --- the texts ----------------------------------------------------------------------
+
+    @property
+    def source(self) -> str:
+        return self._source
+
+    @property
+    def header(self) -> str:
+        return self._header
+
+    @property
+    def has_header(self) -> bool:
+        return self.spec.header_path is not None
+
+    def set_source(self, text: str) -> None:
+        with self._texts_lock:
+            self._source = text
+        self._emit("texts")
+
+    def set_header(self, text: str) -> None:
+        if not self.has_header:
+            raise ValueError(f"kernel {self.spec.name!r} has no header file to edit")
+        with self._texts_lock:
+            self._header = text
+        self._emit("texts")
+
+    @property
+    def dirty(self) -> bool:
+        """True when a buffer differs from its file."""
+        return bool(self._changed_files())
+
+    def save(self) -> list[Path]:
+        """Write the buffers that differ from their files; returns the paths written."""
+        written = []
+        for path, text in self._changed_files():
+            path.write_text(text)
+            written.append(path)
+        self._emit("saved")
+        return written
+
+    def revert(self) -> None:
+        """Replace the buffers by the files' contents."""
+        with self._texts_lock:
+            self._source = self.spec.read_source()
+            self._header = self.spec.read_header()
+        self._emit("texts")
+
+    def _changed_files(self) -> list[tuple[Path, str]]:
+        with self._texts_lock:
+            pairs = [(self.spec.source_path, self._source)]
+            if self.spec.header_path is not None:
+                pairs.append((self.spec.header_path, self._header))
+        return [(path, text) for path, text in pairs
+                if not path.is_file() or path.read_text() != text]
+
+    # --- knobs --------------------------------------------------------------------------
+
+    @property
+    def config(self) -> Config:
+        return self.knobs.config
+
+    def set_knob(self, name: str, value: Any) -> Config:
+        """Turn one knob (others move if the constraints need it); does not run."""
+        config = self.knobs.set(name, value)
+        self._emit("knobs")
+        return config
+
+    # --- building and running -----------------------------------------------------------
+
+    def kernel(self, source: str | None = None, header: str | None = None) -> MetalKernel:
+        """The spec's kernel built from the edited texts (or from the texts given)."""
+        return self.spec.kernel(source=self._source if source is None else source,
+                                header=self._header if header is None else header)
+
+    def launch(self, config: Mapping[str, Any] | None = None,
+               kernel: MetalKernel | None = None) -> Launch:
+        """`build(config)` with the edited kernel (and the loop's timeout) in it."""
+        config = Config(self.knobs.config if config is None else config)
+        built = self.build(config)
+        if not isinstance(built, Launch):
+            raise TypeError(f"build(config) must return an mtwork.Launch, got "
+                            f"{type(built).__name__}")
+        kernel = kernel or self.kernel()
+        swapped = MetalKernel(
+            kernel.name, kernel.input_names, kernel.output_names, kernel.source,
+            kernel.header, ensure_row_contiguous=kernel.ensure_row_contiguous,
+            atomic_outputs=kernel.atomic_outputs,
+            compile_options=built.kernel.compile_options, backend=built.kernel.backend,
+        )
+        timeout = built.timeout if built.timeout is not None else self.timeout
+        return dataclasses.replace(built, kernel=swapped, timeout=timeout)
+
+    def compile(self) -> Outcome:
+        """Compile the edited texts for the current knobs without running them (on
+        `metal`, MLX compiles at the first call, so this runs the kernel once)."""
+        return self._step(run=False)
+
+    def run(self) -> Outcome:
+        """Compile, run, check against the oracle and time; returns (and keeps) the
+        outcome. Blocks until done; `submit()` does it in the background."""
+        return self._step(run=True)
+
+    def submit(self) -> Future:
+        """`run()` on the background thread; a run not yet started is replaced."""
+        return self.worker.submit(self.run)
+
+    def schedule(self, delay: float) -> None:
+        """`submit()` after `delay` seconds of quiet (each call restarts the delay)."""
+        self.worker.later(delay, self.run)
+
+    def wait(self, timeout: float | None = None) -> Outcome | None:
+        """Wait until background work is done; returns the last outcome."""
+        if not self.worker.wait(timeout):
+            raise TimeoutError(f"the editor was still busy after {timeout} s")
+        return self.last
+
+    def sweep(self, *, budget: int | None = None, rounds: int = 3, warmup: int = 1,
+              strategy: Literal["exhaustive", "random"] = "exhaustive") -> SweepResult:
+        """`mtwork.sweep` of the edited kernel over the knobs' space and constraints."""
+        if not self.knobs.space:
+            raise ValueError("this editor has no knobs to sweep over")
+        with self._run_lock:
+            self._set_phase("sweeping")
+            try:
+                with self._texts_lock:
+                    source, header = self._source, self._header
+                kernel = self.kernel(source, header)
+                result = sweep(
+                    lambda config: self.launch(config, kernel), self.knobs.space,
+                    inputs=self.inputs, oracle=self.oracle, diff_options=self.diff_options,
+                    constraints=self.knobs.rules, strategy=strategy, budget=budget,
+                    key=hashlib.sha256(f"{source}\0{header}".encode()).hexdigest(),
+                    backend=self.backend, rounds=rounds, warmup=warmup, progress=False,
+                )
+            finally:
+                self._set_phase("idle")
+        self.last_sweep = result
+        self._emit("sweep")
+        return result
+
+    def submit_sweep(self, **options: Any) -> Future:
+        return self.worker.submit(lambda: self.sweep(**options))
+
+    # --- listeners ----------------------------------------------------------------------
+
+    def subscribe(self, listener: Listener) -> None:
+        """Call `listener(event)` after each change: "texts", "knobs", "phase",
+        "outcome", "sweep", "saved" (from the background thread, for background work)."""
+        self._listeners.append(listener)
+
+    def _emit(self, event: Event) -> None:
+        for listener in list(self._listeners):
+            try:
+                listener(event)
+            except Exception:  # a display that fails must not stop the loop
+                log.exception("editor listener failed on %r", event)
+
+    def _set_phase(self, phase: str) -> None:
+        self.phase = phase
+        self._emit("phase")
+
+    # --- one step -----------------------------------------------------------------------
+
+    def _step(self, *, run: bool) -> Outcome:
+        with self._run_lock:
+            with self._texts_lock:
+                source, header = self._source, self._header
+            config = self.knobs.config
+            number = next(self._numbers)
+            started = time.perf_counter()
+            fields: dict[str, Any] = {}
+            launch = None
+            try:
+                self._set_phase("compiling")
+                launch = self.launch(config, self.kernel(source, header))
+                self._compile(launch)
+                fields = self._run_and_check(launch, config) if run else {"status": "compiled"}
+            except CompileError as exc:
+                shift = define_lines(launch.defines).count("\n") if launch and launch.defines \
+                    else 0
+                fields = {"status": "compile_error", "message": exc.message,
+                          "diagnostics": tuple(parse_diagnostics(exc.message,
+                                                                 header_shift=shift))}
+            except KernelFault as exc:
+                fields = {"status": "fault", "message": str(exc)}
+            except Exception as exc:  # noqa: BLE001 - any failure is this run's outcome
+                fields = {"status": "error", "message": f"{type(exc).__name__}: {exc}"}
+            finally:
+                self.phase = "idle"  # told with the outcome, below
+            outcome = Outcome(number=number, source=source, header=header,
+                              config=dict(config), seconds=time.perf_counter() - started,
+                              **fields)
+            self.last = outcome
+            if outcome.ok:
+                self.last_good = outcome
+        self._emit("outcome")
+        return outcome
+
+    def _compile(self, launch: Launch) -> None:
+        if self.backend != "sim":
+            return  # MLX compiles a kernel at its first call
+        from ..backends import sim
+
+        kernel = launch.defined_kernel
+        inputs = list(self.inputs) or list(launch.inputs or [])
+        generated = kernel.generate(inputs, launch.output_dtypes, launch.template)
+        sim.compile_body_kernel(generated, kernel.header, kernel.source, kernel.math_mode,
+                                kernel.name)
+
+    def _run_and_check(self, launch: Launch, config: Config) -> dict[str, Any]:
+        self._set_phase("running")
+        outputs = launch(*self.inputs, backend=self.backend)
+        wait_for(outputs, self.backend)
+        if self.oracle is None:
+            return {"status": "ok", "measurement": self._time(launch)}
+        self._set_phase("checking")
+        try:
+            expected = self._expected_for(config)
+        except Exception as exc:
+            return {"status": "error",
+                    "message": f"the oracle raised {type(exc).__name__}: {exc}"}
+        got, want = output_arrays(outputs), output_arrays(expected)
+        if len(got) != len(want):
+            return {"status": "wrong",
+                    "message": f"the kernel returned {len(got)} outputs, the oracle {len(want)}"}
+        names = self.spec.output_names
+        diffs = tuple(
+            diff(a, e, name=names[i] if i < len(names) else f"output {i}", **self.diff_options)
+            for i, (a, e) in enumerate(zip(got, want))
+        )
+        if not all(d.ok for d in diffs):
+            return {"status": "wrong", "diffs": diffs}
+        return {"status": "ok", "diffs": diffs, "measurement": self._time(launch)}
+
+    def _time(self, launch: Launch) -> Measurement | None:
+        if self.bench_rounds < 1:
+            return None
+        self._set_phase("timing")
+        return bench(lambda: launch(*self.inputs, backend=self.backend),
+                     warmup=self.bench_warmup, rounds=self.bench_rounds,
+                     backend=self.backend, name=self.spec.name)
+
+    def _expected_for(self, config: Config) -> Any:
+        if not callable(self.oracle):
+            return self.oracle
+        per_config = _takes_config(self.oracle)
+        key = repr(sorted(config.items())) if per_config else ""
+        if key not in self._expected:
+            self._expected[key] = (self.oracle(*self.inputs, config=config) if per_config
+                                   else self.oracle(*self.inputs))
+        return self._expected[key]
+
+
+def _takes_config(fn: Callable[..., Any]) -> bool:
+    try:
+        return "config" in inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return False

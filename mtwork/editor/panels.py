@@ -1,0 +1,143 @@
+"""HTML for what the editor shows beside the code: the compiler's errors, the last result
+(diffs against the oracle and the timing), and a static copy of the whole editor, with the
+source and its line numbers, for notebooks exported to HTML (no JavaScript needed)."""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Sequence
+
+from .diagnostics import Diagnostic
+from .loop import EditLoop, Outcome
+
+_FAIL = "#cf222e"
+_PASS = "#1a7f37"
+_MUTED = "#57606a"
+_BOX = "font-family:sans-serif;font-size:0.9em;margin:4px 0"
+_PRE = ("font-family:monospace;font-size:12px;white-space:pre-wrap;margin:4px 0;"
+        "padding:6px;border-radius:3px")
+
+
+def status_text(loop: EditLoop) -> tuple[str, str]:
+    """(kind, text) for the status line: kind is "busy" or the last outcome's status."""
+    if loop.phase != "idle":
+        return "busy", f"{loop.phase}…"
+    if loop.last is None:
+        return "idle", "not run yet: Ctrl/Cmd-Enter or Run compiles and runs"
+    return loop.last.status, loop.last.summary()
+
+
+def errors_html(outcome: Outcome | None) -> str:
+    """The compiler's text (or the fault, or the error) of a failed step; "" otherwise."""
+    if outcome is None or outcome.status in ("ok", "compiled", "wrong"):
+        return ""
+    title = {"compile_error": "Compile error", "fault": "Kernel fault"}.get(
+        outcome.status, "Error")
+    return (
+        f'<div class="mtw-editor-errors" style="{_BOX}">'
+        f'<div style="color:{_FAIL};font-weight:bold">{title} (run #{outcome.number})</div>'
+        f'<pre style="{_PRE};background:#fff1f0;color:#1f2328">'
+        f"{html.escape(outcome.message)}</pre></div>"
+    )
+
+
+def result_html(loop: EditLoop, *, fold_passing: bool = False) -> str:
+    """The diffs and timing of the last run that compiled and ran (a wrong result is
+    shown too, it is the news), marked as earlier when newer runs failed or are running.
+    `fold_passing` folds the diff tables of a passing run (the summary line says PASS)."""
+    shown = _last_shown(loop)
+    if shown is None:
+        return (f'<div class="mtw-editor-result" style="{_BOX};color:{_MUTED}">'
+                "No result yet.</div>")
+    notes = []
+    if loop.last is not None and loop.last is not shown:
+        notes.append(f"run #{loop.last.number} failed ({loop.last.status.replace('_', ' ')}): "
+                     f"showing run #{shown.number}, the last one with a result")
+    if loop.phase != "idle":
+        notes.append(f"{loop.phase}… (showing run #{shown.number} meanwhile)")
+    colour = _PASS if shown.ok else _FAIL
+    parts = [
+        f'<div class="mtw-editor-result" data-run="{shown.number}" '
+        f'data-status="{shown.status}" style="{_BOX}">',
+        f'<div class="mtw-editor-summary" style="font-weight:bold;color:{colour}">'
+        f"{html.escape(shown.summary())}</div>",
+    ]
+    parts += [f'<div style="color:{_MUTED}">{html.escape(n)}</div>' for n in notes]
+    if shown.message and not shown.diffs:
+        parts.append(f'<pre style="{_PRE}">{html.escape(shown.message)}</pre>')
+    if shown.diffs:
+        opened = "" if fold_passing and shown.ok else " open"
+        parts.append(f"<details{opened}><summary>diffs against the oracle</summary>"
+                     '<div style="display:flex;flex-wrap:wrap;gap:12px;margin-top:4px">'
+                     + "".join(f"<div>{d._repr_html_()}</div>" for d in shown.diffs)
+                     + "</div></details>")
+    if shown.measurement is not None:
+        parts.append(f'<div style="margin-top:4px">{shown.measurement._repr_html_()}</div>')
+    parts.append("</div>")
+    return "".join(parts)
+
+
+def _last_shown(loop: EditLoop) -> Outcome | None:
+    """The newest outcome that ran: the last one if it did, else the last good one."""
+    last = loop.last
+    if last is not None and last.status in ("ok", "wrong"):
+        return last
+    return loop.last_good
+
+
+def code_html(text: str, diagnostics: Sequence[Diagnostic] = (), *, title: str = "") -> str:
+    """`text` with line numbers; lines with errors are marked, their messages below them."""
+    by_line: dict[int, list[Diagnostic]] = {}
+    for d in diagnostics:
+        by_line.setdefault(d.line, []).append(d)
+    rows = []
+    lines = text.split("\n")
+    width = len(str(len(lines)))
+    for number, line in enumerate(lines, start=1):
+        found = by_line.get(number, [])
+        error = any(d.severity == "error" for d in found)
+        style = "background:#ffebe9" if error else ""
+        rows.append(
+            f'<div class="mtw-line" data-line="{number}" style="{style}">'
+            f'<span style="color:{_MUTED};user-select:none">{str(number).rjust(width)}  </span>'
+            f"{html.escape(line) or ' '}</div>"
+        )
+        for d in found:
+            colour = _FAIL if d.severity == "error" else _MUTED
+            rows.append(f'<div style="color:{colour};padding-left:{width + 2}ch">'
+                        f"^ {html.escape(d.severity)}: {html.escape(d.message)}</div>")
+    head = (f'<div style="font-weight:bold;margin-top:6px">{html.escape(title)}</div>'
+            if title else "")
+    return (f'{head}<div class="mtw-code" style="{_PRE};white-space:pre;overflow-x:auto;'
+            f'border:1px solid #d0d7de">{"".join(rows)}</div>')
+
+
+def snapshot_html(loop: EditLoop, uid: str = "") -> str:
+    """The editor as static HTML: status, the texts with line numbers and errors, the
+    errors panel, the last result and the last sweep's table."""
+    kind, text = status_text(loop)
+    colour = {"ok": _PASS, "busy": _MUTED, "idle": _MUTED, "compiled": _PASS}.get(kind, _FAIL)
+    last = loop.last
+    diagnostics = last.diagnostics if last is not None else ()
+    spec = loop.spec
+    parts = [
+        f'<div class="mtw-editor-static" data-mtw-static="{html.escape(uid)}" style="{_BOX}">',
+        f'<div style="font-weight:bold">MSL editor: {html.escape(spec.name)}</div>',
+        f'<div class="mtw-editor-static-status" style="color:{colour}">{html.escape(text)}</div>',
+    ]
+    if loop.knobs.names:
+        setting = ", ".join(f"{k}={loop.knobs.label(v)}" for k, v in loop.config.items())
+        parts.append(f'<div style="color:{_MUTED}">knobs: {html.escape(setting)}</div>')
+    parts.append(code_html(loop.source, [d for d in diagnostics if d.file == "source"],
+                           title=spec.source))
+    if loop.has_header:
+        header_diagnostics = [d for d in diagnostics if d.file == "header"]
+        opened = " open" if header_diagnostics else ""
+        parts.append(f"<details{opened}><summary>{html.escape(spec.header or '')}</summary>"
+                     + code_html(loop.header, header_diagnostics) + "</details>")
+    parts.append(errors_html(last))
+    parts.append(result_html(loop))
+    if loop.last_sweep is not None:
+        parts.append(f'<div style="margin-top:6px">{loop.last_sweep._repr_html_()}</div>')
+    parts.append("</div>")
+    return "".join(parts)
