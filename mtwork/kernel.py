@@ -11,8 +11,7 @@ import mlx.core as mx
 from . import dtypes, sanitizer, source
 from .backends import metal as metal_backend
 from .backends import resolve as resolve_backend
-
-MAX_THREADS_PER_THREADGROUP = 1024
+from .limits import MAX_THREADS_PER_THREADGROUP
 
 
 def _three_positive_ints(value: Any, what: str) -> tuple[int, int, int]:

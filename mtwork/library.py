@@ -41,6 +41,7 @@ import numpy as np
 from . import dtypes
 from .backends import resolve as resolve_backend
 from .errors import CompileError, ThreadgroupMemoryError
+from .limits import MAX_THREADS_PER_THREADGROUP, THREADGROUP_MEMORY_BYTES
 from .signature import (
     METAL_TYPE_NAMES,
     FunctionConstant,
@@ -60,8 +61,6 @@ from .source import MATH_MODES
 __all__ = ["Kernel", "Library", "NewBuffer", "Outputs", "load_metal", "metal_wrapper",
            "new_buffer"]
 
-THREADGROUP_MEMORY_BYTES = 32 * 1024
-MAX_THREADS_PER_THREADGROUP = 1024
 MAX_BUFFER_INDEX = 30  # Metal's argument table has 31 buffer slots
 THREADGROUP_MEMORY_ALIGNMENT = 16  # setThreadgroupMemoryLength: a multiple of 16 bytes
 _TG_SLOT_BASE = MAX_BUFFER_INDEX + 1  # threadgroup offsets follow the buffers in the table
@@ -568,12 +567,6 @@ def _check_array_dtype(arr: np.ndarray | mx.array, info: TypeInfo | None, what: 
                         f"(convert it, or view its bytes as the declared type)")
 
 
-def _poisoned(dtype: mx.Dtype, shape: tuple[int, ...]) -> np.ndarray:
-    from .backends.sim import _poison
-
-    return _poison(dtype, shape)
-
-
 def _new_array(request: NewBuffer, info: TypeInfo | None, what: str) -> tuple[np.ndarray,
                                                                               mx.Dtype]:
     if request.dtype is None:
@@ -587,11 +580,11 @@ def _new_array(request: NewBuffer, info: TypeInfo | None, what: str) -> tuple[np
     shape = tuple(request.shape)
     if info is not None and info.storage_lanes > 1 and request.dtype is None:
         shape = (*shape, info.storage_lanes)
+    from .backends.sim import filled, poisoned
+
     if request.fill is None:
-        return _poisoned(dtype, shape), dtype
-    one = mx.array(request.fill).astype(dtype)
-    bits = np.array(one.view(mx.uint16)) if dtype == mx.bfloat16 else np.array(one)
-    return np.full(shape, bits, dtype=dtypes.storage_numpy_dtype(dtype)), dtype
+        return poisoned(dtype, shape), dtype
+    return filled(dtype, shape, request.fill), dtype
 
 
 @dataclass

@@ -11,7 +11,8 @@ and initcheck; Oclgrind; Metal shader validation):
 - barrier divergence and SIMD divergence;
 - reads of threadgroup memory never written, and outputs never written when no
   `init_value` was given;
-- threadgroup memory over 32 KiB and more than 1024 threads per threadgroup.
+- threadgroup memory over 32 KiB (more than 1024 threads per threadgroup is refused with a
+  ValueError before the kernel runs, sanitized or not).
 
 `sanitize=True` raises `SanitizerError` when anything is found; `sanitize="warn"` warns
 and returns the outputs. Either way the report is kept on the kernel as `last_sanitizer_report`.
@@ -37,9 +38,6 @@ KINDS = {
     4: "read of uninitialized threadgroup memory",
     5: "SIMD divergence",
     6: "barrier divergence",
-    7: "output never written",
-    8: "threadgroup memory over budget",
-    9: "too many threads per threadgroup",
 }
 
 

@@ -63,7 +63,7 @@ def unavailable_reason() -> str | None:
     return None
 
 
-def _poison(dtype: mx.Dtype, shape: Sequence[int]) -> np.ndarray:
+def poisoned(dtype: mx.Dtype, shape: Sequence[int]) -> np.ndarray:
     out = np.empty(tuple(shape), dtype=dtypes.storage_numpy_dtype(dtype))
     pattern = _POISON_BITS.get(dtype)
     if pattern is None:
@@ -73,7 +73,7 @@ def _poison(dtype: mx.Dtype, shape: Sequence[int]) -> np.ndarray:
     return out
 
 
-def _filled(dtype: mx.Dtype, shape: Sequence[int], value: float) -> np.ndarray:
+def filled(dtype: mx.Dtype, shape: Sequence[int], value: float) -> np.ndarray:
     one = mx.array(value).astype(dtype)
     bits = np.array(one.view(mx.uint16)) if dtype == mx.bfloat16 else np.array(one)
     return np.full(tuple(shape), bits, dtype=dtypes.storage_numpy_dtype(dtype))
@@ -228,7 +228,7 @@ def run_body_kernel(
     barrier_free = library.path not in _blocking and is_barrier_free(header, body)
     while True:
         outputs = [
-            _poison(dt, shape) if init_value is None else _filled(dt, shape, init_value)
+            poisoned(dt, shape) if init_value is None else filled(dt, shape, init_value)
             for dt, shape in zip(output_dtypes, output_shapes)
         ]
         table, keep = _buffer_table(gen.params, views, outputs)

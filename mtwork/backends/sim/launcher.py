@@ -11,30 +11,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-ATTRIBUTE_NAMES = frozenset(
-    {
-        "dispatch_quadgroups_per_threadgroup",
-        "dispatch_simdgroups_per_threadgroup",
-        "dispatch_threads_per_threadgroup",
-        "grid_origin",
-        "grid_size",
-        "quadgroup_index_in_threadgroup",
-        "quadgroups_per_threadgroup",
-        "simdgroup_index_in_threadgroup",
-        "simdgroups_per_threadgroup",
-        "thread_execution_width",
-        "thread_index_in_quadgroup",
-        "thread_index_in_simdgroup",
-        "thread_index_in_threadgroup",
-        "thread_position_in_grid",
-        "thread_position_in_threadgroup",
-        "threadgroup_position_in_grid",
-        "threadgroups_per_grid",
-        "threads_per_grid",
-        "threads_per_simdgroup",
-        "threads_per_threadgroup",
-    }
-)
+from ...source import METAL_ATTRIBUTES
+
+ATTRIBUTE_NAMES = frozenset(name for name, _ in METAL_ATTRIBUTES)
 
 
 @dataclass(frozen=True)

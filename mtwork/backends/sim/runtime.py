@@ -17,11 +17,10 @@ from ...errors import (
     KernelTimeout,
     ThreadgroupMemoryError,
 )
+from ...limits import THREADGROUP_MEMORY_BYTES
 from .compiler import runtime_library
 
 ABI_VERSION = 2
-THREADGROUP_MEMORY_BYTES = 32 * 1024
-MAX_THREADS_PER_THREADGROUP = 1024
 DEFAULT_TIMEOUT_S = 120.0
 
 # Status codes of runtime/runtime.h.
