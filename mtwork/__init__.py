@@ -4,8 +4,8 @@
 Apple GPU through MLX, elsewhere on `sim`, a CPU emulator that runs the same MSL.
 """
 
-from . import editor, plots
 from .backends import backends, default_backend
+from .compare import Comparison, compare
 from .errors import (
     BackendUnavailable,
     CompileError,
@@ -17,12 +17,11 @@ from .errors import (
     ThreadgroupMemoryError,
 )
 from .families import KernelSpec, family_names, load_family
-from .kernel import MetalKernel, metal_kernel
+from .kernel import Launch, MetalKernel, metal_kernel
 from .library import Kernel, Library, Outputs, load_metal, new_buffer
 from .oracle import DiffReport, assert_bitwise_equal, assert_close, diff
 from .sanitizer import SanitizerError, SanitizerReport
-from .sweeps import (
-    Launch,
+from .sweep import (
     SweepError,
     SweepInterrupted,
     SweepResult,
@@ -31,7 +30,7 @@ from .sweeps import (
     threadgroup_memory_under,
     threads_per_threadgroup_under,
 )
-from .timing import Clock, Comparison, Measurement, bench, compare
+from .timing import Clock, Measurement, bench
 
 __version__ = "0.1.0"
 
@@ -78,3 +77,13 @@ __all__ = [
     "threads_per_threadgroup_under",
     "metal_kernel",
 ]
+
+
+def __getattr__(name: str) -> object:
+    # The editor (anywidget, ipywidgets) and plots (plotly) load on first use: most
+    # programs never draw or edit, and those imports are a large part of mtwork's.
+    if name in ("editor", "plots"):
+        import importlib
+
+        return importlib.import_module(f".{name}", __name__)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

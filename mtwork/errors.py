@@ -56,3 +56,18 @@ class BackendUnavailable(MtworkError, RuntimeError):
 
 class EmulatorUnavailable(BackendUnavailable):
     """The sim backend's tools (clang from ziglang, MLX's headers) are missing."""
+
+
+class SweepError(MtworkError, ValueError):
+    """A sweep (or an editor's knobs) is set up wrong: not one configuration's failure."""
+
+
+class UnknownParameterError(SweepError, KeyError):
+    """A constraint, build or metric asked for a parameter the space does not have."""
+
+    def __str__(self) -> str:  # KeyError would quote the whole message
+        return str(self.args[0])
+
+
+class OracleError(SweepError):
+    """The oracle raised before any configuration could be checked."""

@@ -1,58 +1,97 @@
-"""`mtwork.metal_kernel`: a drop-in for `mx.fast.metal_kernel` that runs on any backend."""
+"""`mtwork.metal_kernel`: a drop-in for `mx.fast.metal_kernel` that runs on any backend,
+and `Launch`, one call of such a kernel with everything it needs.
+
+A call generates the MSL MLX would compile (`mtwork.msl.body`), describes it as a
+`Program` and the call as a `Dispatch`, and hands both to `mtwork.backends.run`.
+"""
 
 from __future__ import annotations
 
-import warnings
-from collections.abc import Sequence
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 import mlx.core as mx
+import numpy as np
 
-from . import dtypes, sanitizer, source
-from .backends import metal as metal_backend
-from .backends import resolve as resolve_backend
+from . import dtypes
+from .backends import compile as compile_program
+from .backends import get as get_backend
+from .backends import run as run_program
+from .buffers import to_mx
+from .dispatch import (
+    BodyForm,
+    Bound,
+    Dispatch,
+    Fresh,
+    Param,
+    Program,
+    Region,
+    Sources,
+    geometry,
+    options,
+)
 from .limits import MAX_THREADS_PER_THREADGROUP
+from .msl import body
+from .sanitizer import SanitizerError, SanitizerReport
+
+__all__ = ["Launch", "MetalKernel", "define_lines", "metal_kernel"]
+
+_PREFIX = "[metal_kernel] "
 
 
-def _three_positive_ints(value: Any, what: str) -> tuple[int, int, int]:
-    try:
-        items = tuple(value)
-    except TypeError:
-        items = ()
-    ok = len(items) == 3 and all(
-        isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in items
-    )
-    if not ok:
-        raise ValueError(
-            f"[metal_kernel] `{what}` must be three positive integers (x, y, z), got {value!r}"
-        )
-    return items  # type: ignore[return-value]
+def _names(value: Any, what: str) -> tuple[str, ...]:
+    if isinstance(value, (str, bytes)) or not isinstance(value, Sequence):
+        raise TypeError(f"{_PREFIX}`{what}` must be a list of names, got {value!r}")
+    for name in value:
+        if not isinstance(name, str) or not name.isidentifier():
+            raise ValueError(f"{_PREFIX}`{what}` must hold C identifiers, got {name!r}")
+    if len(set(value)) != len(value):
+        raise ValueError(f"{_PREFIX}`{what}` names a buffer twice: {list(value)}")
+    return tuple(value)
 
 
-def _check_outputs(
-    output_shapes: Sequence[Sequence[int]], output_dtypes: Sequence[Any]
-) -> tuple[list[tuple[int, ...]], list[mx.Dtype]]:
+def _check_text(value: Any, what: str) -> str:
+    if not isinstance(value, str):
+        raise TypeError(f"{_PREFIX}`{what}` must be MSL text (a str), got "
+                        f"{type(value).__name__} {value!r}")
+    return value
+
+
+def _check_name(name: Any) -> str:
+    # MLX mangles `-` into `_` (0.32.4); anything else must already be an identifier part.
+    if not isinstance(name, str) or not name.replace("-", "_").isidentifier():
+        raise ValueError(f"{_PREFIX}`name` must be a C identifier (letters, digits, _ or -), "
+                         f"got {name!r}")
+    return name
+
+
+def _output_shapes(output_shapes: Any) -> list[tuple[int, ...]]:
     shapes = []
     for i, shape in enumerate(output_shapes):
-        try:
-            dims = tuple(int(d) for d in shape)
-        except TypeError:
-            raise ValueError(
-                f"[metal_kernel] output_shapes[{i}] must be a sequence of ints, got {shape!r}"
-            ) from None
-        if any(d < 0 for d in dims):
-            raise ValueError(f"[metal_kernel] output_shapes[{i}] has a negative size: {shape!r}")
-        shapes.append(dims)
+        ok = (isinstance(shape, Sequence) and not isinstance(shape, (str, bytes))
+              and all(isinstance(d, (int, np.integer)) and not isinstance(d, bool)
+                      for d in shape))
+        if not ok:
+            raise ValueError(f"{_PREFIX}output_shapes[{i}] must be a sequence of integers, "
+                             f"got {shape!r}")
+        if any(d < 0 for d in shape):
+            raise ValueError(f"{_PREFIX}output_shapes[{i}] has a negative size: {shape!r}")
+        shapes.append(tuple(int(d) for d in shape))
+    return shapes
+
+
+def _output_dtypes(output_dtypes: Any) -> list[mx.Dtype]:
     kinds = []
     for i, dt in enumerate(output_dtypes):
         if not isinstance(dt, mx.Dtype):
-            raise ValueError(
-                f"[metal_kernel] output_dtypes[{i}] must be an mlx dtype such as mx.float32, "
-                f"got {dt!r}"
-            )
+            raise ValueError(f"{_PREFIX}output_dtypes[{i}] must be an mlx dtype such as "
+                             f"mx.float32, got {dt!r}")
         dtypes.type_string(dt)
         kinds.append(dt)
-    return shapes, kinds
+    return kinds
 
 
 def _check_stream(stream: Any) -> None:
@@ -64,62 +103,109 @@ def _check_stream(stream: Any) -> None:
         raise ValueError("[metal_kernel] Only supports the GPU.")
 
 
+def _sequence(value: Any, what: str) -> list[Any]:
+    if isinstance(value, (str, bytes, mx.array, np.ndarray)) or not isinstance(value, Sequence):
+        raise TypeError(f"{_PREFIX}`{what}` must be a list, got {type(value).__name__}")
+    return list(value)
+
+
+def _param(p: body.Param, inputs: Sequence[body.Param]) -> Param:
+    """A generated parameter as the dispatch record describes it."""
+    if p.kind == "attribute":
+        return Param("attribute", p.name, p.msl_type, attribute=p.name)
+    if p.kind == "output":
+        element = f"atomic<{p.msl_type}>" if p.atomic else p.msl_type
+        return Param("buffer", p.name, f"device {element}*", p.buffer_index, writable=True)
+    ref = "&" if p.by_reference else "*"
+    type_text = f"const {p.address_space} {p.msl_type}{ref}"
+    if p.kind == "input":
+        return Param("buffer", p.name, type_text, p.buffer_index)
+    source = next(q.buffer_index for q in inputs if q.input_index == p.input_index)
+    return Param("buffer", p.name, type_text, p.buffer_index,
+                 derived=(p.kind, source))  # type: ignore[arg-type]
+
+
+@dataclass(frozen=True, eq=False)
 class MetalKernel:
     """A kernel in MLX's body form. Call it as you would call `mx.fast.metal_kernel`'s
     result; extras: `backend=` ('metal' or 'sim'), `timeout=` (seconds, sim only) and
     `sanitize=` (True or 'warn': run on sim with every access checked, see
-    mtwork.sanitizer)."""
+    mtwork.sanitizer). The kernel does not change; `last_sanitizer_report` keeps the
+    report of its last sanitized call."""
 
-    def __init__(
-        self,
-        name: str,
-        input_names: Sequence[str],
-        output_names: Sequence[str],
-        source: str,
-        header: str = "",
-        ensure_row_contiguous: bool = True,
-        atomic_outputs: bool = False,
-        compile_options: dict[str, Any] | None = None,
-        *,
-        backend: str | None = None,
-    ):
-        from .source import check_has_outputs, validate_compile_options
+    name: str
+    input_names: tuple[str, ...]
+    output_names: tuple[str, ...]
+    source: str
+    header: str = ""
+    ensure_row_contiguous: bool = True
+    atomic_outputs: bool = False
+    compile_options: Mapping[str, Any] | None = None
+    backend: str | None = None
+    last_sanitizer_report: SanitizerReport | None = field(default=None, compare=False,
+                                                          repr=False)
 
-        check_has_outputs(output_names)
-        self.math_mode = validate_compile_options(compile_options)
-        self.name = name
-        self.input_names = list(input_names)
-        self.output_names = list(output_names)
-        self.source = source
-        self.header = header
-        self.ensure_row_contiguous = ensure_row_contiguous
-        self.atomic_outputs = atomic_outputs
-        self.compile_options = compile_options
-        self.backend = backend
-        self.last_sanitizer_report: sanitizer.SanitizerReport | None = None
+    def __post_init__(self) -> None:
+        _check_name(self.name)
+        object.__setattr__(self, "input_names", _names(self.input_names, "input_names"))
+        object.__setattr__(self, "output_names", _names(self.output_names, "output_names"))
+        body.check_has_outputs(self.output_names)
+        _check_text(self.source, "source")
+        _check_text(self.header, "header")
+        for flag in ("ensure_row_contiguous", "atomic_outputs"):
+            if not isinstance(getattr(self, flag), bool):
+                raise TypeError(f"{_PREFIX}`{flag}` must be True or False, got "
+                                f"{getattr(self, flag)!r}")
+        body.validate_compile_options(self.compile_options)
+        if self.backend is not None:
+            get_backend(self.backend)
+
+    @property
+    def math_mode(self) -> str:
+        return body.validate_compile_options(self.compile_options)
 
     def __repr__(self) -> str:
-        return (
-            f"MetalKernel({self.name!r}, inputs={self.input_names}, "
-            f"outputs={self.output_names})"
-        )
+        return (f"MetalKernel({self.name!r}, inputs={list(self.input_names)}, "
+                f"outputs={list(self.output_names)})")
 
-    def generate(
-        self, inputs: Sequence[Any], output_dtypes: Sequence[mx.Dtype], template: Any = None
-    ) -> source.GeneratedSource:
+    def generate(self, inputs: Sequence[Any], output_dtypes: Sequence[mx.Dtype],
+                 template: Any = None) -> body.GeneratedSource:
         """The MSL MLX would compile for these inputs (what `verbose=True` prints)."""
         arrays = [dtypes.as_mx_array(x) for x in inputs]
-        return source.generate(
-            self.name,
-            self.input_names,
-            self.output_names,
-            self.source,
-            header=self.header,
-            atomic_outputs=self.atomic_outputs,
-            template=template,
-            inputs=[source.InputInfo.of(a) for a in arrays],
-            output_dtypes=list(output_dtypes),
+        return body.generate(
+            self.name, self.input_names, self.output_names, self.source, header=self.header,
+            atomic_outputs=self.atomic_outputs, template=template,
+            inputs=[body.InputInfo.of(a) for a in arrays], output_dtypes=list(output_dtypes))
+
+    def program(self, gen: body.GeneratedSource, template: Any = None) -> Program:
+        """The program the backends compile for one generated source."""
+        inputs = gen.params_of("input")
+        regions = [Region(gen.body_line, gen.body_line + gen.body_lines - 1, "source",
+                          gen.body_line - 1)]
+        if gen.header_lines:
+            regions.insert(0, Region(1, gen.header_lines, "header", 0))
+        options = None if self.compile_options is None else tuple(self.compile_options.items())
+        form = BodyForm(self.name, self.input_names, self.output_names, self.source,
+                        self.header, self.ensure_row_contiguous, self.atomic_outputs, options,
+                        tuple(body.validate_template(template)) or None)
+        return Program(
+            label=self.name,
+            sources=Sources(gen.text, "<generated>", prelude=body.PRELUDE,
+                            regions=tuple(regions)),
+            function=gen.function,
+            params=tuple(_param(p, inputs) for p in gen.params),
+            math_mode=self.math_mode,
+            form=form,
         )
+
+    def compile(self, inputs: Sequence[Any], output_dtypes: Sequence[mx.Dtype],
+                template: Any = None, *, backend: str | None = None,
+                sanitize: bool | str | None = None) -> None:
+        """Compiles the kernel for these inputs now, where the backend compiles ahead of
+        a call (sim); a `CompileError` quotes the author's lines."""
+        program = self.program(self.generate(inputs, output_dtypes, template), template)
+        compile_program(program, backend=backend or self.backend,
+                         options=options(sanitize=sanitize))
 
     def __call__(
         self,
@@ -137,52 +223,42 @@ class MetalKernel:
         timeout: float | None = None,
         sanitize: bool | str | None = None,
     ) -> list[mx.array]:
-        source.check_call_sizes(
-            self.input_names, self.output_names, inputs, output_shapes, output_dtypes
-        )
-        grid3 = _three_positive_ints(grid, "grid")
-        tg3 = _three_positive_ints(threadgroup, "threadgroup")
-        threads = tg3[0] * tg3[1] * tg3[2]
-        if threads > MAX_THREADS_PER_THREADGROUP:
-            raise ValueError(
-                f"[metal_kernel] threadgroup {tg3} has {threads} threads, more than the "
-                f"{MAX_THREADS_PER_THREADGROUP} a threadgroup may have; make it smaller"
-            )
-        shapes, kinds = _check_outputs(output_shapes, output_dtypes)
+        inputs = _sequence(inputs, "inputs")
+        output_shapes = _sequence(output_shapes, "output_shapes")
+        output_dtypes = _sequence(output_dtypes, "output_dtypes")
+        body.check_call_sizes(self.input_names, self.output_names, inputs, output_shapes,
+                              output_dtypes)
+        shape = geometry(grid, threadgroup, exactly_three=True,
+                         max_threads=MAX_THREADS_PER_THREADGROUP, prefix=_PREFIX)
+        shapes, kinds = _output_shapes(output_shapes), _output_dtypes(output_dtypes)
         _check_stream(stream)
+        if init_value is not None and (isinstance(init_value, bool) or not isinstance(
+                init_value, (int, float)) or not math.isfinite(init_value)):
+            raise ValueError(f"{_PREFIX}`init_value` must be a finite number, got "
+                             f"{init_value!r}")
+        run_options = options(sanitize=sanitize, timeout=timeout)
         arrays = [dtypes.as_mx_array(x) for x in inputs]
         gen = self.generate(arrays, kinds, template)
         if verbose:
             print(gen.verbose_text(), end="")
-        source.check_gpu_dtypes([a.dtype for a in arrays], kinds)
-        sanitizer_mode = sanitizer.mode(sanitize)
-        # The sanitizer is the emulator's: a sanitized run happens on sim.
-        chosen = resolve_backend("sim" if sanitizer_mode else (backend or self.backend))
-        if chosen == "metal":
-            call = dict(inputs=arrays, output_shapes=shapes, output_dtypes=kinds, grid=grid3,
-                        threadgroup=tg3, template=template, init_value=init_value)
-            return metal_backend.run_body_kernel(
-                name=self.name, input_names=self.input_names, output_names=self.output_names,
-                source=self.source, header=self.header,
-                ensure_row_contiguous=self.ensure_row_contiguous,
-                atomic_outputs=self.atomic_outputs, compile_options=self.compile_options,
-                call=call,
-            )
-        from .backends import sim
-
-        outputs, report = sim.run_body_kernel(
-            gen, name=self.name, header=self.header, body=self.source,
-            math_mode=self.math_mode, inputs=arrays,
-            ensure_row_contiguous=self.ensure_row_contiguous, output_shapes=shapes,
-            output_dtypes=kinds, grid=grid3, threadgroup=tg3, init_value=init_value,
-            timeout=timeout, sanitize=sanitizer_mode is not None,
-        )
-        self.last_sanitizer_report = report
-        if report is not None and not report.ok:
-            if sanitizer_mode == "raise" or not outputs:
-                raise sanitizer.SanitizerError(report)
-            warnings.warn(str(report), sanitizer.SanitizerWarning, stacklevel=2)
-        return outputs
+        body.check_gpu_dtypes([a.dtype for a in arrays], kinds)
+        program = self.program(gen, template)
+        buffers: dict[int, Bound | Fresh] = {}
+        for p, arr in zip(gen.params_of("input"), arrays):
+            buffers[p.buffer_index] = Bound(arr, arr.dtype,  # type: ignore[index]
+                                            contiguous=self.ensure_row_contiguous)
+        outputs = gen.params_of("output")
+        for p, shape_, dt in zip(outputs, shapes, kinds):
+            buffers[p.buffer_index] = Fresh(shape_, dt, init_value)  # type: ignore[index]
+        call = Dispatch(buffers, shape, run_options)
+        try:
+            done = run_program(program, call, backend=backend or self.backend)
+        except SanitizerError as exc:
+            object.__setattr__(self, "last_sanitizer_report", exc.report)
+            raise
+        object.__setattr__(self, "last_sanitizer_report", done.sanitizer)
+        return [to_mx(done.buffers[p.buffer_index], dt)  # type: ignore[index]
+                for p, dt in zip(outputs, kinds)]
 
 
 def metal_kernel(
@@ -198,7 +274,88 @@ def metal_kernel(
     backend: str | None = None,
 ) -> MetalKernel:
     """Same arguments as `mx.fast.metal_kernel`; the result runs on `metal` or `sim`."""
-    return MetalKernel(
-        name, input_names, output_names, source, header, ensure_row_contiguous,
-        atomic_outputs, compile_options, backend=backend,
-    )
+    return MetalKernel(name, input_names, output_names, source, header, ensure_row_contiguous,
+                       atomic_outputs, compile_options, backend)
+
+
+# --- one call of a kernel ------------------------------------------------------------------
+
+
+def define_lines(defines: Mapping[str, Any]) -> str:
+    """`#define` lines for constants: ints, floats (as float literals), bools, mlx dtypes
+    (as their Metal type) or strings (pasted as they are)."""
+    lines = []
+    for name, value in defines.items():
+        if not isinstance(name, str) or not name.isidentifier():
+            raise ValueError(f"define names must be identifiers, got {name!r}")
+        lines.append(f"#define {name} {_define_text(name, value)}\n")
+    return "".join(lines)
+
+
+def _define_text(name: str, value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, np.integer)):
+        return str(int(value))
+    if isinstance(value, (float, np.floating)):
+        if not math.isfinite(value):
+            raise ValueError(f"define {name}={value!r}: only finite floats can be written")
+        return f"{float(value)!r}f"
+    if isinstance(value, mx.Dtype):
+        return dtypes.type_string(value)
+    if isinstance(value, str):
+        return value
+    raise ValueError(f"define {name}={value!r}: use an int, float, bool, mlx dtype or str")
+
+
+@dataclass
+class Launch:
+    """One call of an `mtwork.metal_kernel`, with its template values, `#define`d
+    constants and dispatch shape. Calling it runs the kernel: `launch(*inputs,
+    backend=...)`; without inputs it uses `inputs` given here.
+
+    `defines` become `#define NAME value` lines at the top of the header, so the kernel
+    body and header can use them as constants (on `metal` as on `sim`). Header lines in
+    compiler messages are then shifted by the number of defines; body lines are not.
+    """
+
+    kernel: MetalKernel
+    grid: Sequence[int]
+    threadgroup: Sequence[int]
+    output_shapes: Sequence[Sequence[int]]
+    output_dtypes: Sequence[mx.Dtype]
+    inputs: Sequence[Any] | None = None
+    template: Sequence[tuple[str, Any]] | None = None
+    defines: Mapping[str, Any] | None = None
+    init_value: float | None = None
+    timeout: float | None = None
+
+    @cached_property
+    def defined_kernel(self) -> MetalKernel:
+        """The kernel with `defines` written into its header."""
+        if not self.defines:
+            return self.kernel
+        k = self.kernel
+        return MetalKernel(k.name, k.input_names, k.output_names, k.source,
+                           define_lines(self.defines) + k.header, k.ensure_row_contiguous,
+                           k.atomic_outputs, k.compile_options, k.backend)
+
+    @property
+    def define_line_count(self) -> int:
+        """How many lines the defines add above the header."""
+        return len(self.defines or {})
+
+    def compile(self, *inputs: Any, backend: str | None = None) -> None:
+        """Compiles the kernel for these inputs (or the launch's own) ahead of a call."""
+        arrays = list(inputs) if inputs else list(self.inputs or [])
+        self.defined_kernel.compile(arrays, self.output_dtypes, self.template, backend=backend)
+
+    def __call__(self, *inputs: Any, backend: str | None = None,
+                 sanitize: bool | str | None = None) -> list[mx.array]:
+        arrays = list(inputs) if inputs else list(self.inputs or [])
+        return self.defined_kernel(
+            inputs=arrays, grid=self.grid, threadgroup=self.threadgroup,
+            output_shapes=self.output_shapes, output_dtypes=self.output_dtypes,
+            template=self.template, init_value=self.init_value, backend=backend,
+            timeout=self.timeout, sanitize=sanitize,
+        )

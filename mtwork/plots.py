@@ -14,16 +14,11 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .sweeps import (
-    TIME_OBJECTIVES,
-    Config,
-    Record,
-    SweepError,
-    SweepResult,
-    _formula,
-    _value_text,
-)
-from .timing import Comparison, TimeUnit
+from .compare import Comparison
+from .display import TimeUnit, value_text
+from .errors import SweepError
+from .sweep.results import TIME_OBJECTIVES, Record, SweepResult
+from .sweep.space import Config, as_formula
 
 if TYPE_CHECKING:
     import plotly.graph_objects as go
@@ -82,16 +77,16 @@ def heatmap(
                 z[j, i] = best.value(objective) / scale.scale
                 hover[j][i] = _hover(best, objective, scale)
             elif records:
-                failed_x.append(_value_text(xv))
-                failed_y.append(_value_text(yv))
+                failed_x.append(value_text(xv))
+                failed_y.append(value_text(yv))
                 failed_text.append("<br>".join(_failure_hover(r) for r in records))
                 hover[j][i] = "failed"
     label = _objective_label(result, objective, scale)
     traces: list[Any] = [
         go.Heatmap(
             z=z,
-            x=[_value_text(v) for v in xs],
-            y=[_value_text(v) for v in ys],
+            x=[value_text(v) for v in xs],
+            y=[value_text(v) for v in ys],
             text=[[_cell_text(v) for v in row] for row in z],
             texttemplate="%{text}",
             customdata=hover,
@@ -152,11 +147,11 @@ def lines(
             best = _best(records, objective, maximize)
             if best is None:
                 if records:
-                    failed_x.append(xv if numeric else _value_text(xv))
+                    failed_x.append(xv if numeric else value_text(xv))
                     failed_text.append("<br>".join(_failure_hover(r) for r in records))
                 continue
             value = best.value(objective) / scale.scale
-            px.append(xv if numeric else _value_text(xv))
+            px.append(xv if numeric else value_text(xv))
             py.append(value)
             m = best.measurement
             if objective in ("time", "median") and m is not None:
@@ -166,7 +161,7 @@ def lines(
         fig.add_trace(
             go.Scatter(
                 x=px, y=py, mode="lines+markers",
-                name=f"{by}={_value_text(g)}" if by else objective,
+                name=f"{by}={value_text(g)}" if by else objective,
                 error_y={"type": "data", "array": hi, "arrayminus": lo, "visible": bool(hi)},
                 customdata=hover, hovertemplate="%{customdata}<extra></extra>",
             )
@@ -212,8 +207,8 @@ def roofline(
     """
     import plotly.graph_objects as go
 
-    flops_of, _, _ = _formula(flops)
-    bytes_of, _, _ = _formula(bytes)
+    flops_of, _, _ = as_formula(flops)
+    bytes_of, _, _ = as_formula(bytes)
     points = []
     for r in result.ok:
         f, b = float(flops_of(r.config)), float(bytes_of(r.config))

@@ -22,12 +22,7 @@ from __future__ import annotations
 
 import html
 import os
-import shutil
-import subprocess
-from collections.abc import Sequence
 from dataclasses import dataclass, field
-from functools import cache
-from pathlib import Path
 
 from .errors import KernelFault
 
@@ -122,67 +117,24 @@ class SanitizerError(KernelFault):
         Exception.__init__(self, str(report))
 
 
+_OFF = ("0", "", "off", "false", "no")
+_ON = ("1", "raise", "on", "true", "yes")
+
+
 def mode(sanitize: bool | str | None) -> str | None:
     """None (off), "raise" or "warn", from the call argument or $MTWORK_SANITIZE."""
-    value = sanitize
-    if value is None:
-        value = os.environ.get("MTWORK_SANITIZE", "") or False
-    if value in (False, "0", "", "off"):
+    if sanitize is None:
+        value = os.environ.get("MTWORK_SANITIZE", "").strip().lower()
+        if value in _OFF:
+            return None
+        if value in _ON or value == "warn":
+            return "warn" if value == "warn" else "raise"
+        raise ValueError(f"MTWORK_SANITIZE must be 1 (raise), warn or 0 (off), got "
+                         f"{os.environ['MTWORK_SANITIZE']!r}")
+    if sanitize is False:
         return None
-    if value in (True, "1", "raise", "on"):
+    if sanitize is True or sanitize == "raise":
         return "raise"
-    if value == "warn":
+    if sanitize == "warn":
         return "warn"
-    raise ValueError(f"sanitize must be True, False or 'warn', got {sanitize!r}")
-
-
-@cache
-def _symbolizer() -> list[str] | None:
-    for tool in ("llvm-symbolizer", "addr2line"):
-        path = shutil.which(tool)
-        if path:
-            return [path]
-    return None
-
-
-def _frames(lines: Sequence[str]) -> list[tuple[str, int]]:
-    frames = []
-    for line in lines:
-        parts = line.strip().rsplit(":", 2)
-        if len(parts) == 3 and parts[1].isdigit():
-            frames.append((parts[0], int(parts[1])))
-        elif len(parts) >= 2 and parts[-1].split(" ")[0].isdigit():
-            frames.append((":".join(parts[:-1]), int(parts[-1].split(" ")[0])))
-    return frames
-
-
-def symbolize(library: Path, offsets: Sequence[int]) -> dict[int, list[tuple[str, int]]]:
-    """Maps code offsets (return addresses) to their inlined frames, innermost first, as
-    (file, line) of the compiled translation unit; empty when no symbolizer is installed."""
-    tool = _symbolizer()
-    wanted = sorted({o for o in offsets if o})
-    if not tool or not wanted:
-        return {}
-    addresses = [hex(o - 1) for o in wanted]  # the call instruction, not the one after it
-    llvm = tool[0].endswith("llvm-symbolizer")
-    if llvm:
-        args = [*tool, f"--obj={library}", "--inlines", *addresses]
-    else:
-        args = [*tool, "-a", "-i", "-e", str(library), *addresses]
-    try:
-        out = subprocess.run(args, capture_output=True, text=True, timeout=30).stdout
-    except (OSError, subprocess.TimeoutExpired):
-        return {}
-    if llvm:  # one block per address, blocks separated by a blank line
-        blocks = [b.splitlines() for b in out.split("\n\n") if b.strip()]
-    else:  # each address printed ("0x..."), then its frames
-        blocks, current = [], None
-        for line in out.splitlines():
-            if line.startswith("0x"):
-                current = []
-                blocks.append(current)
-            elif current is not None:
-                current.append(line)
-    if len(blocks) != len(wanted):
-        return {}
-    return {offset: _frames(block) for offset, block in zip(wanted, blocks)}
+    raise ValueError(f"`sanitize` must be True, False or 'warn', got {sanitize!r}")

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 import mtwork
+from mtwork.sweep import Config, constraint
 
 fam = mtwork.load_family("gated_delta")
 
@@ -126,9 +127,9 @@ def test_bitwise_comparison_sees_a_different_summation_order():
 
 def test_wy_constraints_follow_the_threadgroup_budget():
     problem = fam.Problem(1, 1, 1, 1, 128, 128)
-    rules = [mtwork.sweeps.constraint(c) for c in fam.wy_constraints(problem)]
+    rules = [constraint(c) for c in fam.wy_constraints(problem)]
     allowed = {(c, r) for c in fam.WY_SPACE["chunk"] for r in fam.WY_SPACE["rows"]
-               if all(rule(mtwork.sweeps.Config({"chunk": c, "rows": r})) for rule in rules)}
+               if all(rule(Config({"chunk": c, "rows": r})) for rule in rules)}
     assert (16, 8) in allowed  # 4 (4096 + 512 + 32 + 1024) = 22656 bytes
     assert (32, 1) not in allowed  # 4 (8192 + 2048 + 64 + 128) = 41728 bytes
     with pytest.raises(ValueError, match="threadgroup memory"):

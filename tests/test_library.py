@@ -8,10 +8,11 @@ import numpy as np
 import pytest
 
 import mtwork
-from mtwork import CompileError, ThreadgroupMemoryError, library
-from mtwork.backends.sim.compiler import mlx_include_dir
-from mtwork.library import load_metal, metal_wrapper, new_buffer
-from mtwork.signature import strip_msl_only_syntax
+from mtwork import CompileError, ThreadgroupMemoryError
+from mtwork.backends import register, unregister
+from mtwork.backends.metal import MetalBackend, wrapper
+from mtwork.library import load_metal, new_buffer
+from mtwork.msl.includes import mlx_include_dir
 
 DATA = Path(__file__).parent / "data" / "library"
 KERNELS = DATA / "kernels.metal"
@@ -418,7 +419,7 @@ def test_dispatch_geometry_errors(lib):
 
 def test_metal_wrapper_declares_each_parameter_then_runs_the_body(lib):
     k = lib.kernel("block_sum", constants={"use_scale": True, "scale": 0.5})
-    w = metal_wrapper(k, ["in", "out", "n"], {0: 256})
+    w = wrapper(k.program, ["in", "out", "n"], {0: 256})
     assert w.input_names == ["__mtw_in", "__mtw_out", "__mtw_n"]
     assert w.output_names == ["__mtw_unused"] and w.template == []
     head = w.source.split("\n\n", 1)[0]
@@ -446,7 +447,7 @@ def test_metal_wrapper_declares_each_parameter_then_runs_the_body(lib):
 
 
 def test_metal_wrapper_passes_the_template_to_mlx(lib):
-    w = metal_wrapper(lib.kernel("axpy_half_2"), ["x", "y", "alpha", "n"], {})
+    w = wrapper(lib.kernel("axpy_half_2").program, ["x", "y", "alpha", "n"], {})
     assert w.template == [("T", mx.float16), ("N", 2)]
     assert w.source.splitlines()[:2] == [
         "  const device T* x = (const device T*)__mtw_x;",
@@ -456,7 +457,7 @@ def test_metal_wrapper_passes_the_template_to_mlx(lib):
 
 def test_metal_wrapper_declares_defaulted_template_parameters_in_the_body():
     lib = load_metal(MLX_KERNELS / "softmax.h", prelude=MLX_UTILS)
-    w = metal_wrapper(lib.kernel("softmax_single_row", template=(mx.float16,)),
+    w = wrapper(lib.kernel("softmax_single_row", template=(mx.float16,)).program,
                       ["in", "out", "axis_size"], {})
     assert w.template == [("T", mx.float16)]
     assert w.source.splitlines()[:5] == [
@@ -469,27 +470,38 @@ def test_metal_wrapper_declares_defaulted_template_parameters_in_the_body():
     assert "utils.h" not in w.header  # already in every MLX custom kernel
 
 
-def test_metal_path_runs_through_a_stand_in_for_mx_fast_metal_kernel(lib, monkeypatch):
+class MetalOnSim(MetalBackend):
     """The metal backend's whole path, with `mtwork.metal_kernel` on sim standing in for
-    `mx.fast.metal_kernel` (same arguments, same generated kernel). The stand-in's header
-    needs `strip_msl_only_syntax`: sim's body form does not blank `[[threadgroup(n)]]` in
-    headers, which Metal reads as an attribute."""
+    `mx.fast.metal_kernel` (same arguments, same generated kernel)."""
 
-    def stand_in(**kwargs):
-        kwargs["header"] = strip_msl_only_syntax(kwargs["header"])
-        return mtwork.metal_kernel(**kwargs, backend="sim")
+    name = "metal_on_sim"
 
-    monkeypatch.setattr(mx.fast, "metal_kernel", stand_in)
-    monkeypatch.setattr(library, "resolve_backend", lambda name: "metal")
+    def __init__(self):
+        super().__init__(make_kernel=lambda **kw: mtwork.metal_kernel(**kw, backend="sim"))
+
+    def unavailable_reason(self):
+        return None
+
+
+@pytest.fixture
+def metal_on_sim():
+    register("metal_on_sim", MetalOnSim)
+    yield "metal_on_sim"
+    unregister("metal_on_sim")
+
+
+def test_metal_path_runs_through_a_stand_in_for_mx_fast_metal_kernel(lib, metal_on_sim):
     values = np.arange(100, dtype=np.float32)
     bias = np.array([1, 2, 3, 4], np.float32)
     out = lib.kernel("block_sum", constants={"use_scale": True, "scale": 0.5, "use_bias": True})(
         buffers={"in": values, "out": new_buffer(4), "n": 100, "bias": bias},
-        threadgroup_memory={0: 128}, grid=100, threads_per_threadgroup=32)
+        threadgroup_memory={0: 128}, grid=100, threads_per_threadgroup=32,
+        backend="metal_on_sim")
     expected = [_sequential_sum(b) * np.float32(0.5) + c
                 for b, c in zip(_blocks(values, 32), bias)]
     np.testing.assert_array_equal(out["out"], np.array(expected, np.float32))
     y = np.ones(10, np.float16)
     lib.kernel("axpy_half_2")(buffers=[np.arange(10, dtype=np.float16), y, 2.0, 10],
-                              threadgroups=2, threads_per_threadgroup=4)
+                              threadgroups=2, threads_per_threadgroup=4,
+                              backend="metal_on_sim")
     np.testing.assert_array_equal(y, 1 + 2 * np.arange(10))

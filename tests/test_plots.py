@@ -10,8 +10,9 @@ import plotly.io as pio
 import pytest
 
 from mtwork import plots
-from mtwork.sweeps import Config, Record, SweepError, SweepResult
-from mtwork.timing import Clock, Comparison, Measurement
+from mtwork.compare import Comparison
+from mtwork.sweep import Config, Record, SweepError, SweepResult
+from mtwork.timing import Clock, Measurement
 
 SIM_LABEL = "emulator CPU time (sim) — not GPU speed"
 REPO = Path(__file__).resolve().parents[1]
@@ -122,7 +123,7 @@ def test_setup_offline_sets_an_offline_renderer() -> None:
 
 NOTEBOOK_CELLS = [
     f"import sys\nsys.path.insert(0, {str(REPO)!r})",
-    "from mtwork import plots\nfrom mtwork.timing import Clock, Comparison\n"
+    "from mtwork import plots\nfrom mtwork.compare import Comparison\nfrom mtwork.timing import Clock\n"
     "plots.setup_offline()",
     "c = Comparison(clock=Clock('sim'), baseline='base', names=('base', 'packed'),\n"
     "               orders=(('base', 'packed'), ('packed', 'base')),\n"

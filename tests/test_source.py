@@ -22,7 +22,7 @@ from mtwork.dtypes import (
     storage_numpy_dtype,
     type_string,
 )
-from mtwork.source import (
+from mtwork.msl.body import (
     GeneratedSource,
     InputInfo,
     Param,

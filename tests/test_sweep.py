@@ -10,20 +10,19 @@ import numpy as np
 import pytest
 
 import mtwork
+from mtwork.kernel import Launch, define_lines
 from mtwork.oracle import diff
-from mtwork.sweeps import (
-    Launch,
+from mtwork.sweep import (
     OracleError,
     SweepError,
     SweepInterrupted,
     UnknownParameterError,
-    _identity,
-    define_lines,
     divides,
     sweep,
     threadgroup_memory_under,
     threads_per_threadgroup_under,
 )
+from mtwork.sweep.cache import identity
 
 SIM_LABEL = "emulator CPU time (sim) — not GPU speed"
 
@@ -226,8 +225,8 @@ def test_cache_key_follows_the_kernel_source() -> None:
         return Launch(KERNEL, grid=(32, 1, 1), threadgroup=(32, 1, 1), output_shapes=[(1,)],
                       output_dtypes=[mx.float32])
 
-    assert _identity(build, block_sums) == _identity(build, block_sums)
-    assert _identity(build_same, None) != _identity(build_other, None)
+    assert identity(build, block_sums) == identity(build, block_sums)
+    assert identity(build_same, None) != identity(build_other, None)
 
 
 # --- strategies and budgets --------------------------------------------------------------------
@@ -411,7 +410,7 @@ def test_define_lines() -> None:
     text = define_lines({"N": 4, "SCALE": 0.5, "FAST": True, "T": mx.float16, "OP": "a + b"})
     assert text.splitlines() == ["#define N 4", "#define SCALE 0.5f", "#define FAST true",
                                  "#define T float16_t", "#define OP a + b"]
-    with pytest.raises(SweepError):
+    with pytest.raises(ValueError, match="identifiers"):
         define_lines({"not a name": 1})
 
 

@@ -10,7 +10,8 @@ import pytest
 
 import mtwork
 from mtwork import timing
-from mtwork.timing import Clock, Comparison, Measurement, bench, compare
+from mtwork.compare import Comparison, compare
+from mtwork.timing import Clock, Measurement, bench
 
 SIM_LABEL = "emulator CPU time (sim) — not GPU speed"
 

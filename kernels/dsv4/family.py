@@ -27,7 +27,8 @@ import numpy as np
 
 import mtwork
 from mtwork.families import import_sibling
-from mtwork.sweeps import Config, Constraint, Launch
+from mtwork.kernel import Launch
+from mtwork.sweep import Config, Constraint
 
 formats = import_sibling(__name__, __file__, "formats")
 reference = import_sibling(__name__, __file__, "reference")

@@ -17,7 +17,8 @@ import mlx.core as mx
 import numpy as np
 
 import mtwork
-from mtwork.sweeps import Config, Constraint, Launch
+from mtwork.kernel import Launch
+from mtwork.sweep import Config, Constraint
 from mtwork.timing import Measurement
 
 DESCRIPTION = (

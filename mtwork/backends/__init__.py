@@ -1,56 +1,166 @@
-"""Where kernels run: `metal` (the Apple GPU through MLX) or `sim` (the CPU emulator).
+"""Where kernels run, and the one place every dispatch passes: `run`.
 
-The default is `metal` where MLX has a Metal device, else `sim`; `MTWORK_BACKEND` or a
-call's `backend=` argument overrides it.
+A backend is an object with a `name`, `unavailable_reason()` (None when it can run here),
+`compile(program, sanitize=...)` and `dispatch(program, call) -> Completion` (see
+`mtwork.dispatch` for what it receives). Two come with mtwork:
+
+- ``metal``: the Apple GPU through MLX (`backends/metal`);
+- ``sim``: the CPU emulator (`backends/sim`).
+
+A third is one module and one `register("name", "package.module:Factory")` call (or an
+entry point in the ``mtwork.backends`` group). Backends are imported when first used.
+
+The default is ``metal`` where MLX has a Metal device, else ``sim``; `MTWORK_BACKEND` or
+a call's ``backend=`` overrides it. A sanitized dispatch runs on ``sim``: the sanitizer is
+the emulator's.
 """
 
 from __future__ import annotations
 
+import importlib
 import os
-from functools import cache
+import threading
+import warnings
+from collections.abc import Callable
+from importlib.metadata import entry_points
+from typing import Protocol
 
-import mlx.core as mx
-
+from ..dispatch import Completion, Dispatch, Options, Program
 from ..errors import BackendUnavailable
+from ..sanitizer import SanitizerError, SanitizerWarning
 
-NAMES = ("metal", "sim")
-
-
-def _metal_reason() -> str | None:
-    try:
-        if mx.metal.is_available():
-            return None
-    except AttributeError:
-        pass
-    return "no Metal device: MLX reports mx.metal.is_available() == False (not an Apple GPU)"
+__all__ = ["Backend", "backends", "compile", "default_backend", "get", "names", "register",
+           "resolve", "run", "unregister"]
 
 
-@cache
-def _sim_reason() -> str | None:
-    from .sim import unavailable_reason
+class Backend(Protocol):
+    """What mtwork asks of a backend."""
 
-    return unavailable_reason()
+    name: str
+
+    def unavailable_reason(self) -> str | None: ...
+
+    def compile(self, program: Program, *, sanitize: bool = False) -> object: ...
+
+    def dispatch(self, program: Program, call: Dispatch) -> Completion: ...
+
+
+Factory = Callable[[], Backend]
+
+_FACTORIES: dict[str, str | Factory] = {
+    "metal": "mtwork.backends.metal:MetalBackend",
+    "sim": "mtwork.backends.sim:SimBackend",
+}
+_instances: dict[str, Backend] = {}
+_reasons: dict[str, str | None] = {}
+_lock = threading.Lock()
+_entry_points_read = False
+
+
+def register(name: str, factory: str | Factory) -> None:
+    """Makes backend `name` available: `factory` makes it, or is "module:attribute"."""
+    if not isinstance(name, str) or not name.isidentifier():
+        raise ValueError(f"a backend's name must be an identifier, got {name!r}")
+    with _lock:
+        _FACTORIES[name] = factory
+        _instances.pop(name, None)
+        _reasons.pop(name, None)
+
+
+def unregister(name: str) -> None:
+    """Forgets backend `name` (what `register` added)."""
+    with _lock:
+        _FACTORIES.pop(name, None)
+        _instances.pop(name, None)
+        _reasons.pop(name, None)
+
+
+def _read_entry_points() -> None:
+    global _entry_points_read
+    if _entry_points_read:
+        return
+    _entry_points_read = True
+    for ep in entry_points(group="mtwork.backends"):
+        _FACTORIES.setdefault(ep.name, ep.value)
+
+
+def names() -> tuple[str, ...]:
+    """The registered backends' names."""
+    _read_entry_points()
+    return tuple(_FACTORIES)
+
+
+def get(name: str) -> Backend:
+    """The backend `name` (made on first use); a `ValueError` lists the known names."""
+    known = names()
+    if name not in known:
+        raise ValueError(f"unknown backend {name!r}: choose one of {', '.join(known)}")
+    with _lock:
+        backend = _instances.get(name)
+        if backend is None:
+            factory = _FACTORIES[name]
+            if isinstance(factory, str):
+                module, _, attribute = factory.partition(":")
+                factory = getattr(importlib.import_module(module), attribute)
+            backend = _instances[name] = factory()
+    return backend
+
+
+def _reason(name: str) -> str | None:
+    if name not in _reasons:
+        _reasons[name] = get(name).unavailable_reason()
+    return _reasons[name]
 
 
 def backends() -> dict[str, str | None]:
     """Each backend's name mapped to None when it is usable, else the reason it is not."""
-    return {"metal": _metal_reason(), "sim": _sim_reason()}
+    return {name: _reason(name) for name in names()}
 
 
 def default_backend() -> str:
+    """$MTWORK_BACKEND, else ``metal`` where it can run, else ``sim``."""
     chosen = os.environ.get("MTWORK_BACKEND")
     if chosen:
-        return resolve(chosen)
-    return "metal" if _metal_reason() is None else "sim"
+        try:
+            return resolve(chosen)
+        except ValueError as exc:
+            raise ValueError(f"MTWORK_BACKEND: {exc}") from None
+    return "metal" if _reason("metal") is None else "sim"
 
 
 def resolve(name: str | None) -> str:
     """Validates a backend name (None: the default) and checks it can run here."""
     if name is None:
         return default_backend()
-    if name not in NAMES:
-        raise ValueError(f"unknown backend {name!r}: choose one of {', '.join(NAMES)}")
-    reason = _metal_reason() if name == "metal" else _sim_reason()
+    if not isinstance(name, str):
+        raise ValueError(f"`backend` must be a backend's name ({', '.join(names())}), "
+                         f"got {name!r}")
+    get(name)
+    reason = _reason(name)
     if reason is not None:
         raise BackendUnavailable(f"backend {name!r} is not usable here: {reason}")
     return name
+
+
+def _chosen(backend: str | None, options: Options) -> Backend:
+    return get(resolve("sim" if options.sanitize else backend))
+
+
+def compile(program: Program, *, backend: str | None = None,
+            options: Options | None = None) -> None:
+    """Compiles `program` ahead of its first dispatch (where the backend compiles)."""
+    options = options or Options()
+    _chosen(backend, options).compile(program, sanitize=options.sanitize is not None)
+
+
+def run(program: Program, call: Dispatch, *, backend: str | None = None) -> Completion:
+    """Dispatches `program` on `backend` (None: the default). With the sanitizer on, a
+    report with findings raises `SanitizerError` (``"raise"``) or warns (``"warn"``); the
+    report is on the completion either way, and on the error as `.report`."""
+    completion = _chosen(backend, call.options).dispatch(program, call)
+    report = completion.sanitizer
+    if report is not None and not report.ok:
+        if call.options.sanitize == "raise":
+            raise SanitizerError(report)
+        warnings.warn(str(report), SanitizerWarning, stacklevel=3)
+    return completion

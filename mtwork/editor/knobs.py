@@ -11,7 +11,9 @@ import itertools
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from ..sweeps import Config, Constraint, SweepError, _value_text, constraint
+from ..display import value_text
+from ..errors import SweepError
+from ..sweep.space import Config, Constraint, constraint
 
 Rule = Constraint | str | Callable[[Config], Any]
 
@@ -61,20 +63,20 @@ class Knobs:
         for name, value in values.items():
             self._check_name(name)
             if not any(_same(value, v) for v in self.space[name]):
-                allowed = ", ".join(_value_text(v) for v in self.space[name])
-                raise SweepError(f"{name}={_value_text(value)} is not in the space "
+                allowed = ", ".join(value_text(v) for v in self.space[name])
+                raise SweepError(f"{name}={value_text(value)} is not in the space "
                                  f"({allowed})")
         matching = [c for c in self.valid
                     if all(_same(c[n], v) for n, v in values.items())]
         if not matching:
-            wanted = ", ".join(f"{n}={_value_text(v)}" for n, v in values.items())
+            wanted = ", ".join(f"{n}={value_text(v)}" for n, v in values.items())
             raise SweepError(f"no valid setting has {wanted}: the constraints "
                              f"({', '.join(map(str, self.rules))}) rule it out")
         self._config = dict(min(matching, key=self._distance))
         return self.config
 
     def label(self, value: Any) -> str:
-        return _value_text(value)
+        return value_text(value)
 
     def _distance(self, candidate: Mapping[str, Any]) -> tuple[int, int]:
         changed = steps = 0

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import inspect
 import itertools
 import logging
 import threading
@@ -27,19 +26,21 @@ from typing import Any, Literal
 import mlx.core as mx
 
 from ..backends import resolve as resolve_backend
+from ..display import TimeUnit
 from ..errors import CompileError, KernelFault
 from ..families import KernelSpec
-from ..kernel import MetalKernel
-from ..oracle import DiffReport, diff
-from ..sweeps import Config, Launch, SweepResult, define_lines, sweep
-from ..timing import Measurement, TimeUnit, bench, output_arrays, wait_for
+from ..kernel import Launch, MetalKernel
+from ..oracle import DiffReport
+from ..run import Runner
+from ..sweep import Config, SweepResult, sweep
+from ..timing import Measurement, output_arrays
 from .background import Worker
 from .diagnostics import Diagnostic, parse_diagnostics
 from .knobs import Knobs
 
 log = logging.getLogger(__name__)
 
-Status = Literal["compiled", "ok", "wrong", "compile_error", "fault", "error"]
+Status = Literal["compiled", "ok", "ran", "wrong", "compile_error", "fault", "error"]
 Event = Literal["texts", "knobs", "phase", "outcome", "sweep", "saved"]
 Listener = Callable[[Event], None]
 Build = Callable[[Config], Launch]
@@ -64,8 +65,8 @@ class Outcome:
 
     @property
     def ok(self) -> bool:
-        """Compiled, ran, and every output matched the oracle."""
-        return self.status == "ok"
+        """Compiled and ran; and every output matched the oracle, when there is one."""
+        return self.status in ("ok", "ran")
 
     @property
     def compiled(self) -> bool:
@@ -94,6 +95,7 @@ class Outcome:
 _STATUS_TEXT = {
     "compiled": "compiled",
     "ok": "correct",
+    "ran": "ran — no oracle",
     "wrong": "wrong result",
     "compile_error": "compile error",
     "fault": "kernel fault",
@@ -149,7 +151,9 @@ class EditLoop:
         self._texts_lock = threading.Lock()
         self._run_lock = threading.Lock()
         self._numbers = itertools.count(1)
-        self._expected: dict[str, Any] = {}
+        self._runner = Runner(inputs=self.inputs, oracle=oracle, diff_options=self.diff_options,
+                              backend=self.backend, rounds=bench_rounds, warmup=bench_warmup,
+                              names=spec.output_names, on_phase=self._set_phase)
         self._listeners: list[Listener] = []
         self.worker = Worker()
         self._materialize_inputs()
@@ -347,8 +351,7 @@ class EditLoop:
                 self._compile(launch)
                 fields = self._run_and_check(launch, config) if run else {"status": "compiled"}
             except CompileError as exc:
-                shift = define_lines(launch.defines).count("\n") if launch and launch.defines \
-                    else 0
+                shift = launch.define_line_count if launch else 0
                 fields = {"status": "compile_error", "message": exc.message,
                           "diagnostics": tuple(parse_diagnostics(exc.message,
                                                                  header_shift=shift))}
@@ -368,62 +371,20 @@ class EditLoop:
         return outcome
 
     def _compile(self, launch: Launch) -> None:
-        if self.backend != "sim":
-            return  # MLX compiles a kernel at its first call
-        from ..backends import sim
-
-        kernel = launch.defined_kernel
-        inputs = list(self.inputs) or list(launch.inputs or [])
-        generated = kernel.generate(inputs, launch.output_dtypes, launch.template)
-        sim.compile_body_kernel(generated, kernel.header, kernel.source, kernel.math_mode,
-                                kernel.name)
+        """Compiles ahead of the run where the backend can (MLX compiles at the first
+        call)."""
+        launch.compile(*self.inputs, backend=self.backend)
 
     def _run_and_check(self, launch: Launch, config: Config) -> dict[str, Any]:
-        self._set_phase("running")
-        outputs = launch(*self.inputs, backend=self.backend)
-        wait_for(outputs, self.backend)
-        if self.oracle is None:
-            return {"status": "ok", "measurement": self._time(launch)}
-        self._set_phase("checking")
-        try:
-            expected = self._expected_for(config)
-        except Exception as exc:
-            return {"status": "error",
-                    "message": f"the oracle raised {type(exc).__name__}: {exc}"}
-        got, want = output_arrays(outputs), output_arrays(expected)
-        if len(got) != len(want):
-            return {"status": "wrong",
-                    "message": f"the kernel returned {len(got)} outputs, the oracle {len(want)}"}
-        names = self.spec.output_names
-        diffs = tuple(
-            diff(a, e, name=names[i] if i < len(names) else f"output {i}", **self.diff_options)
-            for i, (a, e) in enumerate(zip(got, want))
-        )
-        if not all(d.ok for d in diffs):
-            return {"status": "wrong", "diffs": diffs}
-        return {"status": "ok", "diffs": diffs, "measurement": self._time(launch)}
-
-    def _time(self, launch: Launch) -> Measurement | None:
-        if self.bench_rounds < 1:
-            return None
-        self._set_phase("timing")
-        return bench(lambda: launch(*self.inputs, backend=self.backend),
-                     warmup=self.bench_warmup, rounds=self.bench_rounds,
-                     backend=self.backend, name=self.spec.name)
-
-    def _expected_for(self, config: Config) -> Any:
-        if not callable(self.oracle):
-            return self.oracle
-        per_config = _takes_config(self.oracle)
-        key = repr(sorted(config.items())) if per_config else ""
-        if key not in self._expected:
-            self._expected[key] = (self.oracle(*self.inputs, config=config) if per_config
-                                   else self.oracle(*self.inputs))
-        return self._expected[key]
-
-
-def _takes_config(fn: Callable[..., Any]) -> bool:
-    try:
-        return "config" in inspect.signature(fn).parameters
-    except (TypeError, ValueError):
-        return False
+        result = self._runner.run(launch, config)
+        fields: dict[str, Any] = {"diffs": tuple(result.diffs),
+                                  "measurement": result.measurement}
+        if result.ok:
+            fields["status"] = "ok" if result.checked else "ran"
+        elif result.status in ("compile_error", "fault", "wrong"):
+            fields["status"] = result.status
+        else:
+            fields["status"] = "error"
+        if result.message and not (result.status == "wrong" and result.diffs):
+            fields["message"] = result.message
+        return fields

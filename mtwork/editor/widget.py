@@ -24,7 +24,7 @@ import ipywidgets as widgets
 import traitlets
 
 from ..families import KernelSpec, load_family
-from ..sweeps import Config, SweepResult
+from ..sweep import Config, SweepResult
 from .diagnostics import Diagnostic
 from .knobs import Knobs, Rule
 from .loop import DEFAULT_TIMEOUT, Build, EditLoop, Event, Outcome

@@ -19,7 +19,7 @@ import mlx.core as mx
 import pytest
 
 import mtwork
-from mtwork.backends.sim.compiler import mlx_include_dir
+from mtwork.msl.includes import mlx_include_dir
 
 # What MLX's own `.metal` files put before a kernel header: the prelude that defines
 # `Limits`, `elem_to_loc`, bfloat16 and friends (e.g. `softmax.metal` includes utils.h,

@@ -24,7 +24,9 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
+from ...dispatch import Sources
 from ...errors import CompileError, EmulatorUnavailable
+from ...msl.includes import mlx_include_dir
 from .rewrite import rewrite_msl
 
 PACKAGE_DIR = Path(__file__).parent
@@ -153,19 +155,6 @@ def runtime_library() -> Path:
     return target
 
 
-def mlx_include_dir() -> Path | None:
-    try:
-        import mlx
-        import mlx.core  # noqa: F401
-    except ImportError:
-        return None
-    for root in getattr(mlx, "__path__", []):
-        inc = Path(root) / "include"
-        if (inc / "mlx" / "backend" / "metal" / "kernels" / "utils.h").exists():
-            return inc
-    return None
-
-
 @cache
 def prelude_dir() -> Path:
     """A copy of MLX's Metal kernel headers with the emulator's rewrites applied."""
@@ -195,10 +184,10 @@ def prelude_dir() -> Path:
 
 @dataclass(frozen=True)
 class Translation:
-    """One kernel's C++ translation unit and how to map its lines back to the author's."""
+    """One kernel's C++ translation unit, and the sources whose lines its messages name."""
 
     text: str
-    regions: tuple[tuple[int, int, str, int], ...]  # (first, last, name, offset) in lines
+    sources: Sources
 
 
 # Sanitizer builds call the runtime before every load and store, and keep line tables so
@@ -243,24 +232,28 @@ _GUTTER = re.compile(r"^(\s*)(\d+)(?= \|)")
 
 
 def _author_lines(stderr: str, tu: Translation, cpp_path: str) -> str:
-    """Rewrites `kernel.cpp:LINE:COL:` locations into the author's own files and lines."""
+    """Rewrites locations in the main file into the author's own names and lines (the body
+    form's header and body), and those in the translation unit itself into
+    ``<generated>``."""
+    sources = tu.sources
 
     def relabel(m: re.Match) -> str:
-        if m.group("file") != cpp_path:
+        file, line, col = m.group("file"), int(m.group("line")), m.group("col")
+        if file == cpp_path:
+            return f"<generated>:{line}:{col}:"
+        if file != sources.label or not sources.regions:
             return m.group(0)
-        line = int(m.group("line"))
-        for first, last, name, offset in tu.regions:
-            if first <= line <= last:
-                return f"{name}:{line - offset}:{m.group('col')}:"
-        return f"<generated>:{line}:{m.group('col')}:"
+        found = sources.author_line(line)
+        name, at = found if found else ("<generated>", line)
+        return f"{name}:{at}:{col}:"
 
-    # Source excerpts carry the translation unit's line numbers in their gutter
-    # (`   8 |   code`): renumber them like the location above them.
+    # Source excerpts carry the file's line numbers in their gutter (`   8 |   code`):
+    # renumber them like the location above them.
     out, shift = [], 0
     for line in stderr.splitlines():
         located = _LOCATION.search(line)
-        if located and located.group("file") == cpp_path:
-            mapped = _LOCATION.sub(relabel, line)
+        if located:
+            mapped = _LOCATION.sub(relabel, line, count=1)
             new = _LOCATION.search(mapped)
             shift = int(located.group("line")) - int(new.group("line")) if new else 0
             line = mapped

@@ -11,9 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from ...source import METAL_ATTRIBUTES
-
-ATTRIBUTE_NAMES = frozenset(name for name, _ in METAL_ATTRIBUTES)
+from ...msl.signature import ATTRIBUTE_NAMES
 
 
 @dataclass(frozen=True)

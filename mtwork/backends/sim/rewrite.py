@@ -21,6 +21,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from ...msl.lexing import code_mask, matching, matching_back, same_lines, split_top_level
+
 _ADDRESS_SPACES = ("device", "constant", "threadgroup")
 
 
@@ -30,79 +32,13 @@ class Rewritten:
     host_names: dict[str, str] = field(default_factory=dict)
 
 
-def code_mask(text: str) -> str:
-    """`text` with comments, string and character literals blanked (newlines kept)."""
-    out = list(text)
-    i, n = 0, len(text)
-
-    def blank(a: int, b: int) -> None:
-        for k in range(a, b):
-            if out[k] != "\n":
-                out[k] = " "
-
-    while i < n:
-        c = text[i]
-        if text.startswith("//", i):
-            j = text.find("\n", i)
-            j = n if j < 0 else j
-            blank(i, j)
-            i = j
-        elif text.startswith("/*", i):
-            j = text.find("*/", i + 2)
-            j = n if j < 0 else j + 2
-            blank(i, j)
-            i = j
-        elif c in "\"'":
-            j = i + 1
-            while j < n and text[j] != c and text[j] != "\n":
-                j += 2 if text[j] == "\\" else 1
-            blank(i + 1, min(j, n))
-            i = j + 1
-        else:
-            i += 1
-    return "".join(out)
-
-
-def _same_lines(original: str, replacement: str) -> str:
-    """`replacement` followed by the line breaks of `original`, macro continuations kept."""
-    breaks = "".join("\\\n" if original[i - 1 : i] == "\\" else "\n"
-                     for i, c in enumerate(original) if c == "\n")
-    return replacement + breaks
-
-
-def _matching(mask: str, start: int, open_c: str, close_c: str) -> int:
-    """Index just past the bracket that closes the one at `start`."""
-    depth = 0
-    for i in range(start, len(mask)):
-        if mask[i] == open_c:
-            depth += 1
-        elif mask[i] == close_c:
-            depth -= 1
-            if depth == 0:
-                return i + 1
-    return len(mask)
-
-
-def _matching_back(mask: str, end: int, open_c: str, close_c: str) -> int:
-    """Index of the bracket that opens the one at `end` (which is `close_c`)."""
-    depth = 0
-    for i in range(end, -1, -1):
-        if mask[i] == close_c:
-            depth += 1
-        elif mask[i] == open_c:
-            depth -= 1
-            if depth == 0:
-                return i
-    return 0
-
-
 def _declaration_start(mask: str, pos: int) -> int:
     """Start of the declaration containing `pos` (after the previous `;`, `{`, `}`)."""
     i = pos - 1
     while i >= 0:
         c = mask[i]
         if c == ")":
-            i = _matching_back(mask, i, "(", ")") - 1
+            i = matching_back(mask, i, "(", ")") - 1
             continue
         if c == ">":
             # Template headers: skip balanced angle brackets.
@@ -135,11 +71,11 @@ def _definition_end(mask: str, pos: int) -> int:
         if c == ";":
             return i + 1
         if c == "{":
-            end = _matching(mask, i, "{", "}")
+            end = matching(mask, i, "{", "}")
             tail = re.match(r"\s*;", mask[end:])
             return end + (tail.end() if tail else 0)
         if c == "(":
-            i = _matching(mask, i, "(", ")")
+            i = matching(mask, i, "(", ")")
             continue
         i += 1
     return len(mask)
@@ -179,7 +115,7 @@ def _collapse_address_space_overloads(text: str) -> str:
     for m in _DEFINITION.finditer(mask):
         if m.start() < last_end:
             continue  # inside the previous definition (its initializers or body)
-        open_paren = _matching_back(mask, m.start(), "(", ")")
+        open_paren = matching_back(mask, m.start(), "(", ")")
         word = re.search(r"(\w+)\s*$", mask[:open_paren])
         if word and word.group(1) in _NOT_FUNCTIONS:
             continue
@@ -203,7 +139,7 @@ def _keep_one_of_each(text: str, groups: Variants) -> str:
         keep = min(defs, key=lambda d: d[0])
         removals += [(a, b) for d in defs if d is not keep for _, a, b in [d]]
     for a, b in sorted(removals, reverse=True):
-        text = text[:a] + _same_lines(text[a:b], "") + text[b:]
+        text = text[:a] + same_lines(text[a:b], "") + text[b:]
     return text
 
 
@@ -229,7 +165,7 @@ def _collapse_address_space_specializations(text: str) -> str:
         if not body:
             continue
         open_brace = close + 1 + body.end() - 1
-        end = _matching(mask, open_brace, "{", "}")
+        end = matching(mask, open_brace, "{", "}")
         tail = re.match(r"\s*;", mask[end:])
         end += tail.end() if tail else 0
         start = _declaration_start(mask, m.start())
@@ -242,20 +178,6 @@ def _collapse_address_space_specializations(text: str) -> str:
 
 
 _THREADGROUP_DECL = re.compile(r"(?<![\w.])threadgroup\s+(?!\s*[*&])")
-
-
-def _split_top_level(s: str, sep: str = ",") -> list[str]:
-    parts, depth, start = [], 0, 0
-    for i, c in enumerate(s):
-        if c in "([<{":
-            depth += 1
-        elif c in ")]>}":
-            depth -= 1
-        elif c == sep and depth == 0:
-            parts.append(s[start:i])
-            start = i + 1
-    parts.append(s[start:])
-    return parts
 
 
 _DECLARATOR = re.compile(r"^\s*(?P<name>[A-Za-z_]\w*)\s*(?P<dims>(\[[^\]]*\]\s*)*)$")
@@ -275,7 +197,7 @@ def _rewrite_threadgroup_variables(text: str) -> str:
         decl = mask[m.end() : end]
         if "(" in decl or "=" in decl:
             continue
-        parts = _split_top_level(decl)
+        parts = split_top_level(decl)
         first = parts[0].rstrip()
         bracket = first.find("[")
         head = first if bracket < 0 else first[:bracket]
@@ -298,7 +220,7 @@ def _rewrite_threadgroup_variables(text: str) -> str:
             )
         else:
             original = text[m.start() : end + 1]
-            edits.append((m.start(), end + 1, _same_lines(original, " ".join(pieces))))
+            edits.append((m.start(), end + 1, same_lines(original, " ".join(pieces))))
     for a, b, new in reversed(edits):
         text = text[:a] + new + text[b:]
     return text
@@ -349,7 +271,7 @@ def _strip_instantiation_attributes(text: str) -> tuple[str, dict[str, str]]:
             inst = _INSTANTIATED.search(mask[m.end() : end + 1])
             if inst:
                 host_names[hn.group(1)] = re.sub(r"\s+", " ", inst.group(1))
-        edits.append((m.start(1), m.end(1), _same_lines(attrs, "")))
+        edits.append((m.start(1), m.end(1), same_lines(attrs, "")))
     for a, b, new in reversed(edits):
         text = text[:a] + new + text[b:]
     return text, host_names

@@ -32,6 +32,9 @@ class NeedsFibers(Exception):
     """A kernel dispatched as barrier-free blocked; run it again with barrier_free=False."""
 
 
+class SanitizerStop(KernelFault):
+    """The sanitizer stopped the kernel before an access that would corrupt memory."""
+
 
 class BufferInfo(ctypes.Structure):
     _fields_ = [
@@ -72,7 +75,9 @@ class Sanitizing:
     findings: ctypes.Array
     found: list[Finding] = field(default_factory=list)
     arrays: list[tuple[str, int]] = field(default_factory=list)
-    shadows: list = field(default_factory=list)  # outputs' written-bytes, numpy uint8
+    shadows: list = field(default_factory=list)  # per buffer: written bytes (numpy uint8)
+    names: list[str] = field(default_factory=list)  # per buffer info: the parameter's name
+    indices: list[int] = field(default_factory=list)  # per buffer info: its buffer index
 
 
 class _Launch(ctypes.Structure):
@@ -233,6 +238,8 @@ def dispatch(
         raise KernelDeadlock(kernel_name, message)
     if status == _TG_MEMORY:
         raise ThreadgroupMemoryError(kernel_name, message)
+    if status == _FAULT and sanitizing is not None and message.startswith("stopped by the"):
+        raise SanitizerStop(kernel_name, message)
     if status in (_FAULT, _KERNEL_ERROR):
         raise KernelFault(kernel_name, message)
     raise EmulatorUnavailable(f"emulator runtime failure in `{kernel_name}`: {message}")

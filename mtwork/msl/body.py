@@ -28,10 +28,11 @@ from typing import Any, Literal, NamedTuple
 
 import mlx.core as mx
 
-from mtwork.dtypes import INT32_MAX, INT32_MIN, as_mx_array, type_string
+from ..dtypes import INT32_MAX, INT32_MIN, as_mx_array, type_string
 
 __all__ = [
     "MATH_MODES",
+    "PRELUDE",
     "MAX_CONSTANT_ARRAY_SIZE",
     "METAL_ATTRIBUTES",
     "GeneratedSource",
@@ -81,6 +82,10 @@ METAL_ATTRIBUTES: tuple[tuple[str, str], ...] = (
 )
 
 MATH_MODES: tuple[str, ...] = ("safe", "relaxed", "fast")
+
+# What MLX puts before every body-form kernel: the Metal standard library and its own
+# kernel utilities (``metal::utils()``: elem_to_loc, Limits, bfloat16, 64-bit shuffles).
+PRELUDE = '#include <metal_stdlib>\n#include "mlx/backend/metal/kernels/utils.h"\n'
 
 TemplateValue = bool | int | mx.Dtype
 
@@ -377,6 +382,14 @@ class GeneratedSource:
     host_name: str  # the Metal function name, also the kernel name
     params: list[Param]
     template: list[tuple[str, TemplateValue]]
+    header_lines: int  # lines 1..header_lines of `text` are the header's
+    body_line: int  # the line of `text` where the body starts
+    body_lines: int
+
+    @property
+    def function(self) -> str:
+        """The C++ function to call: the host name with its template arguments."""
+        return self.host_name + template_text(self.template)
 
     def verbose_text(self) -> str:
         """What MLX prints to stdout when the kernel is called with ``verbose=True``."""
@@ -486,6 +499,7 @@ def generate(
         decl = ", ".join(f"{_template_param_kind(v)} {n}" for n, v in targs)
         parts.append(f"template <{decl}>\n")
     parts.append(_write_signature(host, params, len(infos)))
+    body_line = "".join(parts).count("\n") + 1
     parts.append(source)
     parts.append("\n}\n")
     if targs:
@@ -494,5 +508,12 @@ def generate(
             f'\ntemplate [[host_name("{host}")]] [[kernel]] decltype({inst}) {inst};\n'
         )
     return GeneratedSource(
-        name=name, text="".join(parts), host_name=host, params=params, template=targs
+        name=name, text="".join(parts), host_name=host, params=params, template=targs,
+        header_lines=_line_count(header), body_line=body_line,
+        body_lines=source.count("\n") + 1,
     )
+
+
+def _line_count(text: str) -> int:
+    """The lines `text` occupies (a last line without a newline counts)."""
+    return text.count("\n") + (0 if not text or text.endswith("\n") else 1)

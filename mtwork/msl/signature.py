@@ -23,26 +23,23 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Literal
 
-import mlx.core as mx
-
-from .backends.sim.launcher import ATTRIBUTE_NAMES
-from .backends.sim.rewrite import _matching, _matching_back, _split_top_level, code_mask
+from .body import METAL_ATTRIBUTES
+from .lexing import code_without_directives, line_of, matching, matching_back, split_top_level
+from .types import normalise_type, strip_top_const
 
 __all__ = [
+    "ATTRIBUTE_NAMES",
     "FunctionConstant",
     "Instantiation",
     "KernelParam",
     "KernelSignature",
     "ParsedSource",
     "TemplateParam",
-    "TypeInfo",
-    "code_without_directives",
-    "function_constant_macros",
     "parse_source",
-    "rewrite_function_constants",
-    "strip_msl_only_syntax",
-    "type_info",
 ]
+
+# The thread attributes a kernel parameter may carry.
+ATTRIBUTE_NAMES = frozenset(name for name, _ in METAL_ATTRIBUTES)
 
 ParamKind = Literal["buffer", "threadgroup", "attribute", "unsupported"]
 
@@ -80,7 +77,7 @@ class KernelParam:
 
     @cached_property
     def is_pointer(self) -> bool:
-        return _strip_top_const(self.type_text).endswith("*")
+        return strip_top_const(self.type_text).endswith("*")
 
     @cached_property
     def is_reference(self) -> bool:
@@ -91,14 +88,14 @@ class KernelParam:
         """A buffer the kernel may write: a ``device`` pointer or reference to non-const."""
         if self.kind != "buffer" or self.address_space != "device":
             return False
-        return not re.search(r"\bconst\b", _strip_top_const(self.type_text))
+        return not re.search(r"\bconst\b", strip_top_const(self.type_text))
 
     @cached_property
     def element_type(self) -> str:
         """The pointee type without qualifiers: ``const device T*`` -> ``T``."""
-        text = _strip_top_const(self.type_text).rstrip("*&")
+        text = strip_top_const(self.type_text).rstrip("*&")
         text = re.sub(r"\b(?:const|volatile|device|constant|threadgroup|thread)\b", " ", text)
-        return _normalise(text)
+        return normalise_type(text)
 
     def declaration(self) -> str:
         return f"{self.type_text} {self.name}{self._attribute_text()}"
@@ -182,35 +179,6 @@ class ParsedSource:
 # Parsing
 
 
-def _normalise(text: str) -> str:
-    text = re.sub(r"\s+", " ", text).strip()
-    text = re.sub(r"\s*([*&])", r"\1", text)
-    return re.sub(r"\s*([<>,])\s*", lambda m: m.group(1) + (" " if m.group(1) == "," else ""),
-                  text)
-
-
-def _strip_top_const(type_text: str) -> str:
-    """``device T* const`` -> ``device T*``: a const pointer still points at writable data."""
-    return re.sub(r"([*&])\s*const\s*$", r"\1", type_text.strip())
-
-
-def code_without_directives(text: str) -> str:
-    """`code_mask(text)` with preprocessor directives (and their continuations) blanked too:
-    declarations inside macros are not the file's own."""
-    mask = code_mask(text)
-    out = []
-    continued = False
-    for line in mask.split("\n"):
-        directive = continued or line.lstrip().startswith("#")
-        continued = directive and line.rstrip().endswith("\\")
-        out.append(" " * len(line) if directive else line)
-    return "\n".join(out)
-
-
-def _line_of(text: str, pos: int) -> int:
-    return text.count("\n", 0, pos) + 1
-
-
 _ATTRIBUTE_GROUP = r"\[\[(?:[^\[\]]|\[[^\[\]]*\])*\]\]"
 _KERNEL_HEAD = re.compile(
     rf"(?P<quals>(?:{_ATTRIBUTE_GROUP}\s*|\bkernel\s+)+)void\s+(?P<name>[A-Za-z_]\w*)\s*\("
@@ -222,7 +190,7 @@ def _attributes(text: str) -> list[str]:
     """The attributes of every ``[[...]]`` group in `text`, e.g. ``["buffer(0)"]``."""
     out = []
     for group in _ATTRIBUTE_CONTENT.findall(text):
-        out += [a.strip() for a in _split_top_level(group) if a.strip()]
+        out += [a.strip() for a in split_top_level(group) if a.strip()]
     return out
 
 
@@ -237,12 +205,12 @@ def _template_params(mask: str, start: int) -> tuple[TemplateParam, ...]:
     before = mask[:start].rstrip()
     if not before.endswith(">"):
         return ()
-    open_angle = _matching_back(mask, len(before) - 1, "<", ">")
+    open_angle = matching_back(mask, len(before) - 1, "<", ">")
     if not re.search(r"\btemplate\s*$", mask[:open_angle]):
         return ()
     params = []
-    for part in _split_top_level(mask[open_angle + 1 : len(before) - 1]):
-        part = _normalise(part)
+    for part in split_top_level(mask[open_angle + 1 : len(before) - 1]):
+        part = normalise_type(part)
         if not part:
             continue
         decl, _, default = part.partition("=")
@@ -259,13 +227,13 @@ _BINDING = re.compile(r"^(buffer|threadgroup|function_constant)\s*\(\s*(\w+)\s*\
 
 def _parse_param(text: str) -> KernelParam | None:
     attrs = _attributes(text)
-    decl = _normalise(_ATTRIBUTE_CONTENT.sub(" ", text))
+    decl = normalise_type(_ATTRIBUTE_CONTENT.sub(" ", text))
     if not decl:
         return None
     m = re.match(r"^(?P<type>.*?)\s*\b(?P<name>[A-Za-z_]\w*)\s*(?P<array>\[[^\]]*\])?$", decl)
     if not m or not m.group("type"):
         return KernelParam(decl, decl, "unsupported", attribute="unnamed parameter")
-    name, type_text = m.group("name"), _normalise(m.group("type"))
+    name, type_text = m.group("name"), normalise_type(m.group("type"))
     if m.group("array"):
         type_text += "*"  # `constant int s[2]` is bound, and passed, as a pointer
     kind: ParamKind | None = None
@@ -315,13 +283,13 @@ def _kernels(text: str, mask: str, file: str) -> list[KernelSignature]:
         if not _is_kernel(m.group("quals")):
             continue
         open_paren = m.end() - 1
-        close = _matching(mask, open_paren, "(", ")")
+        close = matching(mask, open_paren, "(", ")")
         after = re.match(rf"\s*(?:{_ATTRIBUTE_GROUP}\s*)*(?=[{{;])", mask[close:])
         if not after or mask[close + after.end()] != "{":
             continue  # a declaration, not the definition
         brace = close + after.end()
-        body_end = _matching(mask, brace, "{", "}")
-        params = [_parse_param(p) for p in _split_top_level(mask[open_paren + 1 : close - 1])]
+        body_end = matching(mask, brace, "{", "}")
+        params = [_parse_param(p) for p in split_top_level(mask[open_paren + 1 : close - 1])]
         template = _template_params(mask, m.start())
         max_threads = None
         for a in _attributes(m.group("quals")):
@@ -334,7 +302,7 @@ def _kernels(text: str, mask: str, file: str) -> list[KernelSignature]:
                 params=tuple(_assign_implicit_indices([p for p in params if p is not None])),
                 template_params=template,
                 file=file,
-                line=_line_of(text, m.start("name")),
+                line=line_of(text, m.start("name")),
                 max_threads=max_threads,
                 body=text[brace + 1 : body_end - 1],
             )
@@ -342,7 +310,7 @@ def _kernels(text: str, mask: str, file: str) -> list[KernelSignature]:
     return kernels
 
 
-_FUNCTION_CONSTANT = re.compile(
+FUNCTION_CONSTANT = re.compile(
     r"\bconstant\s+(?P<type>[A-Za-z_][\w:<>, ]*?)\s+(?P<name>[A-Za-z_]\w*)\s*"
     r"\[\[\s*function_constant\s*\(\s*(?P<index>\d+)\s*\)\s*\]\]\s*;"
 )
@@ -350,9 +318,9 @@ _FUNCTION_CONSTANT = re.compile(
 
 def _function_constants(text: str, mask: str, file: str) -> list[FunctionConstant]:
     return [
-        FunctionConstant(m.group("name"), _normalise(m.group("type")), int(m.group("index")),
-                         file, _line_of(text, m.start()))
-        for m in _FUNCTION_CONSTANT.finditer(mask)
+        FunctionConstant(m.group("name"), normalise_type(m.group("type")), int(m.group("index")),
+                         file, line_of(text, m.start()))
+        for m in FUNCTION_CONSTANT.finditer(mask)
     ]
 
 
@@ -373,8 +341,8 @@ def _instantiations(text: str, mask: str) -> list[Instantiation]:
         if not tid:
             continue
         open_angle = m.end() + tid.end() - 1
-        close = _matching(mask, open_angle, "<", ">")
-        args = tuple(_normalise(a) for a in _split_top_level(text[open_angle + 1 : close - 1]))
+        close = matching(mask, open_angle, "<", ">")
+        args = tuple(normalise_type(a) for a in split_top_level(text[open_angle + 1 : close - 1]))
         out.append(Instantiation(host.group(1), tid.group(1), args))
     return out
 
@@ -388,131 +356,3 @@ def parse_source(text: str, file: str = "source") -> ParsedSource:
         function_constants=tuple(_function_constants(text, mask, file)),
         instantiations=tuple(_instantiations(text, mask)),
     )
-
-
-# ---------------------------------------------------------------------------------------
-# Types
-
-# Metal's scalar type names (and the typedefs MLX and C++ add) with the MLX dtype of the
-# same bytes.
-SCALAR_TYPES: dict[str, mx.Dtype] = {
-    "bool": mx.bool_,
-    "char": mx.int8, "int8_t": mx.int8,
-    "uchar": mx.uint8, "unsigned char": mx.uint8, "uint8_t": mx.uint8,
-    "short": mx.int16, "int16_t": mx.int16,
-    "ushort": mx.uint16, "unsigned short": mx.uint16, "uint16_t": mx.uint16,
-    "int": mx.int32, "int32_t": mx.int32,
-    "uint": mx.uint32, "unsigned": mx.uint32, "unsigned int": mx.uint32, "uint32_t": mx.uint32,
-    "long": mx.int64, "int64_t": mx.int64,
-    "ulong": mx.uint64, "unsigned long": mx.uint64, "uint64_t": mx.uint64, "size_t": mx.uint64,
-    "half": mx.float16, "float16_t": mx.float16,
-    "bfloat": mx.bfloat16, "bfloat16_t": mx.bfloat16,
-    "float": mx.float32, "float32_t": mx.float32,
-    "complex64_t": mx.complex64,
-}
-
-# The Metal spelling of each dtype, used to write template arguments.
-METAL_TYPE_NAMES: dict[mx.Dtype, str] = {
-    mx.bool_: "bool", mx.int8: "char", mx.uint8: "uchar", mx.int16: "short",
-    mx.uint16: "ushort", mx.int32: "int", mx.uint32: "uint", mx.int64: "long",
-    mx.uint64: "ulong", mx.float16: "half", mx.bfloat16: "bfloat", mx.float32: "float",
-    mx.complex64: "complex64_t",
-}
-
-
-@dataclass(frozen=True)
-class TypeInfo:
-    """A Metal scalar or vector type: its element dtype, lane count and lanes in memory
-    (a three-lane vector takes the room of four unless it is ``packed_``)."""
-
-    dtype: mx.Dtype
-    lanes: int = 1
-    storage_lanes: int = 1
-
-    @property
-    def nbytes(self) -> int:
-        return self.dtype.size * self.storage_lanes
-
-
-_VECTOR = re.compile(r"^(?P<packed>packed_)?(?P<scalar>[a-z]+?)(?P<n>[234])$")
-_VEC_TEMPLATE = re.compile(r"^vec<(?P<scalar>[\w ]+), (?P<n>[234])>$")
-_ATOMIC = re.compile(r"^(?:atomic<(?P<inner>[\w ]+)>|atomic_(?P<short>\w+))$")
-
-
-def type_info(type_text: str) -> TypeInfo | None:
-    """What a scalar, vector or atomic type holds; None for other types (structs, ...)."""
-    text = _normalise(re.sub(r"\b(?:const|volatile)\b", " ", type_text))
-    text = re.sub(r"^(?:metal|::metal)::", "", text)
-    atomic = _ATOMIC.match(text)
-    if atomic:
-        text = atomic.group("inner") or atomic.group("short")
-    if text in SCALAR_TYPES:
-        return TypeInfo(SCALAR_TYPES[text])
-    vec = _VECTOR.match(text) or _VEC_TEMPLATE.match(text)
-    if vec and vec.group("scalar").strip() in SCALAR_TYPES:
-        n = int(vec.group("n"))
-        packed = vec.groupdict().get("packed")
-        return TypeInfo(SCALAR_TYPES[vec.group("scalar").strip()], n,
-                        4 if n == 3 and not packed else n)
-    return None
-
-
-# ---------------------------------------------------------------------------------------
-# Function constants, set when the source is compiled
-
-_IS_DEFINED = re.compile(r"\bis_function_constant_defined\s*\(\s*([A-Za-z_]\w*)\s*\)")
-
-
-def value_macro(name: str) -> str:
-    return f"__mtw_fc_{name}"
-
-
-def defined_macro(name: str) -> str:
-    return f"__mtw_fc_defined_{name}"
-
-
-def rewrite_function_constants(text: str) -> str:
-    """Turns function constants into compile-time constants whose values are macros.
-
-    ``constant T x [[function_constant(n)]];`` becomes ``constant constexpr T x =
-    __mtw_fc_x;`` and ``is_function_constant_defined(x)`` becomes ``__mtw_fc_defined_x``;
-    `function_constant_macros` defines both for one choice of values. Keeping the values
-    out of the text lets every choice share one rewritten copy of a file. Lines stay where
-    they were, and so does the kernel's own text around them.
-    """
-    mask = code_without_directives(text)
-    edits = [
-        (m.start(), m.end(),
-         f"constant constexpr {m.group('type')} {m.group('name')} = "
-         f"{value_macro(m.group('name'))};" + "\n" * text.count("\n", m.start(), m.end()))
-        for m in _FUNCTION_CONSTANT.finditer(mask)
-    ]
-    edits += [(m.start(), m.end(), defined_macro(m.group(1))) for m in _IS_DEFINED.finditer(mask)]
-    for a, b, new in sorted(edits, reverse=True):
-        text = text[:a] + new + text[b:]
-    return text
-
-
-def function_constant_macros(values: dict[str, tuple[str, str | None]]) -> str:
-    """``#define`` lines giving each constant (name -> (type, value text or None for
-    "not set")) its value; an unset constant reads as zero and is not defined."""
-    lines = []
-    for name, (type_text, value) in sorted(values.items()):
-        lines.append(f"#define {value_macro(name)} ({type_text})({value or 0})")
-        lines.append(f"#define {defined_macro(name)} {'true' if value else 'false'}")
-    return "\n".join(lines) + ("\n" if lines else "")
-
-
-_KERNEL_KEYWORD = re.compile(r"\bkernel(?=\s+void\b)")
-_THREADGROUP_ATTRIBUTE = re.compile(r"\[\[[^\[\]]*\bthreadgroup\s*\([^\[\]]*\]\]")
-
-
-def strip_msl_only_syntax(text: str) -> str:
-    """Blanks what C++ cannot read once the address spaces are empty macros: the
-    ``kernel`` qualifier (``kernel void f(...)``) and ``[[threadgroup(n)]]`` attributes."""
-    mask = code_without_directives(text)
-    spans = [m.span() for m in _KERNEL_KEYWORD.finditer(mask)]
-    spans += [m.span() for m in _THREADGROUP_ATTRIBUTE.finditer(mask)]
-    for a, b in sorted(spans, reverse=True):
-        text = text[:a] + " " * (b - a) + text[b:]
-    return text

@@ -1,0 +1,120 @@
+"""The `metal` backend: the Apple GPU, through ``mx.fast.metal_kernel``.
+
+A body-form program is handed to MLX exactly as its author wrote it. A full-source
+program is first written as a body-form kernel (`mtwork.msl.wrap`): its buffers travel
+as MLX inputs (fresh copies), and what the kernel writes is copied back afterwards.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import mlx.core as mx
+import numpy as np
+
+from ...buffers import allocate, numpy_view, to_mx
+from ...dispatch import BodyForm, Completion, Dispatch, Fresh, FullSource, Program
+from ...msl.includes import inline_includes
+from ...msl.wrap import MetalWrapper, input_name, wrap
+
+__all__ = ["MetalBackend", "wrapper"]
+
+
+def wrapper(program: Program, bound: Sequence[str],
+            threadgroup_bytes: Mapping[int, int]) -> MetalWrapper:
+    """The ``mx.fast.metal_kernel`` arguments that run full-source `program` with the
+    buffers named in `bound` and ``[[threadgroup(n)]]`` sizes `threadgroup_bytes`."""
+    if not isinstance(program.form, FullSource):
+        raise TypeError(f"`{program.label}` is a body-form kernel: MLX runs it as it is")
+    src = program.sources
+    flat = inline_includes(src.prelude + "\n" + src.text,
+                           src.path.parent if src.path else None, src.search_dirs)
+    form = program.form
+    return wrap(form.signature, form.template_args, form.constants, flat, bound=bound,
+                threadgroup_bytes=threadgroup_bytes, label=program.label)
+
+
+class MetalBackend:
+    """The Apple GPU through MLX. `make_kernel` is what builds a body-form kernel
+    (``mx.fast.metal_kernel``; a test may pass ``mtwork.metal_kernel`` bound to another
+    backend, to run exactly what this backend would hand MLX)."""
+
+    name = "metal"
+
+    def __init__(self, make_kernel: Callable[..., Any] | None = None):
+        self._make_kernel = make_kernel or mx.fast.metal_kernel
+
+    def unavailable_reason(self) -> str | None:
+        try:
+            if mx.metal.is_available():
+                return None
+        except AttributeError:
+            pass
+        return ("no Metal device: MLX reports mx.metal.is_available() == False "
+                "(not an Apple GPU)")
+
+    def compile(self, program: Program, *, sanitize: bool = False) -> None:
+        """MLX compiles a kernel at its first dispatch: nothing to do ahead of it."""
+
+    def dispatch(self, program: Program, call: Dispatch) -> Completion:
+        if isinstance(program.form, BodyForm):
+            return self._body(program, program.form, call)
+        return self._full_source(program, program.form, call)
+
+    def _body(self, program: Program, form: BodyForm, call: Dispatch) -> Completion:
+        options = {} if form.compile_options is None else {
+            "compile_options": dict(form.compile_options)}
+        kernel = self._make_kernel(
+            name=form.name, input_names=list(form.input_names),
+            output_names=list(form.output_names), source=form.source, header=form.header,
+            ensure_row_contiguous=form.ensure_row_contiguous,
+            atomic_outputs=form.atomic_outputs, **options)
+        buffers = [p for p in program.params if p.kind == "buffer" and p.derived is None]
+        inputs = [call.buffers[p.index] for p in buffers if not p.writable]
+        outputs = [(p.index, call.buffers[p.index]) for p in buffers if p.writable]
+        fills = {o.fill for _, o in outputs if isinstance(o, Fresh)}
+        results = kernel(
+            inputs=[to_mx(b.array, b.dtype) for b in inputs],  # type: ignore[union-attr]
+            output_shapes=[o.shape for _, o in outputs],  # type: ignore[union-attr]
+            output_dtypes=[o.dtype for _, o in outputs],  # type: ignore[union-attr]
+            grid=call.geometry.grid, threadgroup=call.geometry.threadgroup,
+            template=list(form.template) if form.template else None,
+            init_value=next(iter(fills)) if fills else None)
+        mx.eval(results)
+        return Completion({index: out for (index, _), out in zip(outputs, results)})
+
+    def _full_source(self, program: Program, form: FullSource, call: Dispatch) -> Completion:
+        bound = {p.name: p for p in form.signature.buffers if p.index in call.buffers}
+        wrapped = wrapper(program, list(bound), call.threadgroup_memory)
+        run = self._make_kernel(
+            name=wrapped.name, input_names=wrapped.input_names,
+            output_names=wrapped.output_names, source=wrapped.source, header=wrapped.header,
+            ensure_row_contiguous=False, compile_options={"math_mode": program.math_mode})
+        memory = {}
+        for p in bound.values():
+            buf = call.buffers[p.index]  # type: ignore[index]
+            memory[p.index] = (allocate(buf.dtype, buf.shape, buf.fill)
+                               if isinstance(buf, Fresh) else numpy_view(buf.array))
+        inputs = []
+        for name in wrapped.input_names:
+            p = next(q for q in bound.values() if input_name(q) == name)
+            flat_bytes = memory[p.index].reshape(-1).view(np.uint8)
+            padded = np.zeros(max(flat_bytes.size, 8), dtype=np.uint8)
+            padded[: flat_bytes.size] = flat_bytes
+            inputs.append((p, mx.array(padded)))
+        outputs = run(inputs=[a for _, a in inputs], output_shapes=[(1,)],
+                      output_dtypes=[mx.float32], grid=call.geometry.grid,
+                      threadgroup=call.geometry.threadgroup,
+                      template=wrapped.template or None)
+        mx.eval(outputs)
+        # The kernel wrote into its inputs' memory: copy the writable ones back.
+        written = {}
+        for p, arr in inputs:
+            buf = call.buffers[p.index]  # type: ignore[index]
+            if isinstance(buf, Fresh) or buf.writable:
+                target = memory[p.index]
+                raw = np.array(arr)[: target.nbytes]
+                np.copyto(target.reshape(-1).view(np.uint8), raw)
+                written[p.index] = target
+        return Completion(written)

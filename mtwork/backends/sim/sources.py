@@ -1,0 +1,120 @@
+"""A program's sources as the emulator compiles them: a rewritten copy of the author's
+files in the cache, and the translation unit that includes it.
+
+Each file is rewritten for C++ (function constants as macros, MSL-only syntax blanked,
+the rewrites of `rewrite.py`) with every line kept in place, and starts with a ``#line``
+directive naming the author's file, so compiler messages and debug line tables name the
+author's files and lines. The copy keeps the files at the same relative places as the
+originals, so ``#include "..."`` finds the rewritten neighbours.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import tempfile
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+from ...dispatch import Param, Program
+from ...limits import MAX_BUFFER_INDEX
+from ...msl.constants import rewrite_function_constants, strip_msl_only_syntax
+from .compiler import Translation, cache_dir
+from .launcher import LaunchParam, launcher_source
+from .rewrite import rewrite_msl
+
+__all__ = ["THREADGROUP_SLOT_BASE", "for_emulator", "translation_unit"]
+
+# [[threadgroup(n)]] offsets follow the buffers in the launcher's table.
+THREADGROUP_SLOT_BASE = MAX_BUFFER_INDEX + 1
+
+# What the rewritten copy depends on besides the sources.
+_REWRITERS = (Path(__file__).with_name("rewrite.py"),
+              *sorted((Path(__file__).parents[2] / "msl").glob("*.py")))
+_tree_lock = threading.Lock()
+
+
+def for_emulator(text: str) -> str:
+    """An author's file as the emulator compiles it (every line where it was)."""
+    return rewrite_msl(strip_msl_only_syntax(rewrite_function_constants(text))).text
+
+
+def _digest(*parts: str) -> str:
+    h = hashlib.sha256()
+    for p in parts:
+        h.update(p.encode())
+        h.update(b"\0")
+    return h.hexdigest()[:24]
+
+
+def _line_directive(label: str) -> str:
+    return '#line 1 "' + label.replace("\\", "\\\\").replace('"', '\\"') + '"\n'
+
+
+@dataclass(frozen=True)
+class SourceTree:
+    """The rewritten copy: the main file and the folders ``#include`` searches."""
+
+    main: Path
+    include_dirs: tuple[Path, ...]
+
+
+def source_tree(program: Program) -> SourceTree:
+    """Writes (once per content) the rewritten copy of `program`'s files."""
+    src = program.sources
+    tools = [p.read_text() for p in _REWRITERS]
+    parts = [*tools, src.label, src.text, str(src.path)]
+    for path, text in sorted(src.files):
+        parts += [str(path), text]
+    root = cache_dir() / "sources" / _digest(*parts, *map(str, src.search_dirs))
+
+    def mirrored(path: Path) -> Path:
+        return root / path.relative_to(path.anchor)
+
+    main = mirrored(src.path) if src.path else root / "__source__" / "source.metal"
+    dirs = tuple(mirrored(d) for d in src.search_dirs)
+    with _tree_lock:
+        if not root.exists():
+            _write_tree(root, main, dirs, program)
+    return SourceTree(main, dirs)
+
+
+def _write_tree(root: Path, main: Path, dirs: tuple[Path, ...], program: Program) -> None:
+    src = program.sources
+    root.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=root.parent, prefix="tmp-"))
+    files = [(tmp / main.relative_to(root), _line_directive(src.label) + for_emulator(src.text))]
+    files += [(tmp / p.relative_to(p.anchor), _line_directive(str(p)) + for_emulator(t))
+              for p, t in src.files]
+    for path, text in files:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    for d in dirs:
+        (tmp / d.relative_to(root)).mkdir(parents=True, exist_ok=True)
+    try:
+        os.replace(tmp, root)
+    except OSError:  # another process built it first
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _launch_param(p: Param) -> LaunchParam:
+    if p.kind == "attribute":
+        return LaunchParam("attribute", p.type_text, attribute=p.attribute)
+    if p.kind == "threadgroup":
+        return LaunchParam("threadgroup", p.type_text, slot=THREADGROUP_SLOT_BASE + p.index)
+    return LaunchParam("buffer", p.type_text, slot=p.index)
+
+
+def translation_unit(program: Program) -> tuple[Translation, SourceTree]:
+    """The C++ the emulator compiles for `program`: the defines, the prelude, the
+    rewritten main file and the launcher that calls the kernel function."""
+    tree = source_tree(program)
+    main = str(tree.main).replace("\\", "\\\\").replace('"', '\\"')
+    prelude = program.sources.prelude
+    if prelude and not prelude.endswith("\n"):
+        prelude += "\n"
+    launcher = launcher_source(program.function, [_launch_param(p) for p in program.params])
+    text = f'{program.defines}{prelude}#include "{main}"\n{launcher}'
+    return Translation(text, program.sources), tree

@@ -1,0 +1,293 @@
+"""What every backend receives: a `Program` to compile and a `Dispatch` to run it with.
+
+Both kernel forms meet here. `mtwork.metal_kernel` (MLX's body form) and
+`mtwork.load_metal` (whole ``[[kernel]]`` functions) each describe their kernel as a
+`Program` — its MSL sources, the function to call and its parameters in order — and each
+call as a `Dispatch` — the memory bound to each ``[[buffer(n)]]``, the threadgroup memory,
+the geometry, and options such as the sanitizer and the watchdog. `mtwork.backends.run`
+hands both to a backend, which returns a `Completion`.
+
+The checks every dispatch passes (geometry, options) live here too, with one set of
+messages for both forms.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+import mlx.core as mx
+import numpy as np
+
+from .limits import MAX_GRID_DIMENSION, MAX_THREADS_PER_THREADGROUP
+from .msl.signature import KernelSignature
+
+if TYPE_CHECKING:
+    from .sanitizer import SanitizerReport
+
+__all__ = [
+    "BodyForm",
+    "Bound",
+    "Completion",
+    "Dispatch",
+    "Fresh",
+    "FullSource",
+    "Geometry",
+    "Options",
+    "Param",
+    "Program",
+    "Region",
+    "Sources",
+    "geometry",
+    "options",
+]
+
+SanitizeMode = Literal["raise", "warn"]
+
+# --- the program -----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Param:
+    """One parameter of the kernel function, in declaration order, as the host binds it.
+
+    `derived` marks a buffer the backend fills itself from another buffer: MLX's body
+    form passes ``inp_shape``/``inp_strides``/``inp_ndim`` of an input; it holds the kind
+    and the input's buffer index.
+    """
+
+    kind: Literal["buffer", "threadgroup", "attribute"]
+    name: str
+    type_text: str  # as declared, template arguments substituted
+    index: int | None = None  # [[buffer(n)]] or [[threadgroup(n)]]
+    attribute: str = ""  # the thread attribute, for kind "attribute"
+    writable: bool = False
+    derived: tuple[Literal["shape", "strides", "ndim"], int] | None = None
+
+
+@dataclass(frozen=True)
+class Region:
+    """Lines `first`..`last` of a program's main file are lines of the author's `name`,
+    counted from `offset` + 1."""
+
+    first: int
+    last: int
+    name: str
+    offset: int
+
+    def locate(self, line: int) -> int | None:
+        """The author's line number for `line`, or None when it is not in this region."""
+        return line - self.offset if self.first <= line <= self.last else None
+
+
+@dataclass(frozen=True)
+class Sources:
+    """A program's MSL as its author wrote it.
+
+    `text` is the main file; `files` the author's files it includes (with their text, read
+    when the kernel was loaded); `search_dirs` where its ``#include "..."`` look;
+    `prelude` what comes before it (MLX's body form puts its ``utils.h`` there). Compiler
+    messages name `label` and the files' paths, or `regions` where they are given.
+    """
+
+    text: str
+    label: str
+    path: Path | None = None
+    files: tuple[tuple[Path, str], ...] = ()
+    search_dirs: tuple[Path, ...] = ()
+    prelude: str = ""
+    regions: tuple[Region, ...] = ()
+
+    def author_line(self, line: int) -> tuple[str, int] | None:
+        """(name, line) of the author's text at `line` of the main file."""
+        if not self.regions:
+            return self.label, line
+        for region in self.regions:
+            at = region.locate(line)
+            if at is not None:
+                return region.name, at
+        return None
+
+
+@dataclass(frozen=True)
+class BodyForm:
+    """The ``mx.fast.metal_kernel`` kernel and call a body-form program came from."""
+
+    name: str
+    input_names: tuple[str, ...]
+    output_names: tuple[str, ...]
+    source: str
+    header: str
+    ensure_row_contiguous: bool
+    atomic_outputs: bool
+    compile_options: tuple[tuple[str, Any], ...] | None
+    template: tuple[tuple[str, Any], ...] | None
+
+
+@dataclass(frozen=True)
+class FullSource:
+    """A full-source kernel: its signature, template arguments (as text) and function
+    constant values (name, type, value text or None when not set)."""
+
+    signature: KernelSignature
+    template_args: tuple[str, ...]
+    constants: tuple[tuple[str, str, str | None], ...]
+
+
+@dataclass(frozen=True)
+class Program:
+    """One kernel function to compile: its sources, the function to call (with template
+    arguments), its parameters, the math mode and the `defines` (preprocessor lines that
+    come first: function-constant values). `form` is what the kernel was written as."""
+
+    label: str
+    sources: Sources
+    function: str
+    params: tuple[Param, ...]
+    math_mode: str
+    form: BodyForm | FullSource
+    defines: str = ""
+    max_threads: int = MAX_THREADS_PER_THREADGROUP
+
+    def param(self, index: int) -> Param:
+        """The buffer parameter bound to ``[[buffer(index)]]``."""
+        return next(p for p in self.params if p.kind == "buffer" and p.index == index)
+
+
+# --- the dispatch ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Bound:
+    """Memory the caller gives for one buffer. A writable numpy array is written in place;
+    an ``mx.array`` is never changed (its writes come back in the `Completion`).
+    `contiguous`: the kernel sees the data row-contiguous (else with its own strides)."""
+
+    array: np.ndarray | mx.array
+    dtype: mx.Dtype | None = None  # the element type, where known (bfloat16 data as uint16)
+    writable: bool = False
+    contiguous: bool = True
+
+
+@dataclass(frozen=True)
+class Fresh:
+    """Memory the dispatch makes for one buffer: `shape` elements of `dtype`, filled with
+    `fill`, or else with a poison pattern so that elements never written show up."""
+
+    shape: tuple[int, ...]
+    dtype: mx.Dtype
+    fill: float | int | None = None
+
+
+@dataclass(frozen=True)
+class Geometry:
+    """Threads in the grid and threads per threadgroup (edge threadgroups may be partial)."""
+
+    grid: tuple[int, int, int]
+    threadgroup: tuple[int, int, int]
+
+    @property
+    def threads_per_threadgroup(self) -> int:
+        return math.prod(self.threadgroup)
+
+    @property
+    def threadgroups(self) -> tuple[int, int, int]:
+        g, t = self.grid, self.threadgroup
+        return (-(-g[0] // t[0]), -(-g[1] // t[1]), -(-g[2] // t[2]))
+
+
+@dataclass(frozen=True)
+class Options:
+    """How to run: `sanitize` ("raise", "warn" or None), `timeout` (seconds of the sim
+    watchdog, None for the default)."""
+
+    sanitize: SanitizeMode | None = None
+    timeout: float | None = None
+
+
+@dataclass(frozen=True)
+class Dispatch:
+    """One call: memory by ``[[buffer(n)]]`` index, bytes by ``[[threadgroup(n)]]`` index,
+    the geometry and the options."""
+
+    buffers: Mapping[int, Bound | Fresh]
+    geometry: Geometry
+    options: Options = Options()
+    threadgroup_memory: Mapping[int, int] = field(default_factory=dict)
+
+
+@dataclass
+class Completion:
+    """What a dispatch gave: each written buffer (fresh and writable ones, numpy or mx by
+    backend), the sanitizer's report when it ran, the threadgroup memory used (sim)."""
+
+    buffers: dict[int, np.ndarray | mx.array]
+    sanitizer: SanitizerReport | None = None
+    threadgroup_memory: int | None = None
+
+
+# --- checks ----------------------------------------------------------------------------
+
+
+def _is_count(v: Any) -> bool:
+    return isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_)) and v > 0
+
+
+def dims(value: Any, what: str, *, exactly_three: bool, prefix: str = "") -> tuple[int, int, int]:
+    """`value` as (x, y, z) positive integers: three of them, or one to three (the rest 1)."""
+    items: tuple[Any, ...]
+    if _is_count(value) and not exactly_three:
+        items = (value,)
+    else:
+        try:
+            items = tuple(value)
+        except TypeError:
+            items = ()
+    arity = len(items) == 3 if exactly_three else 1 <= len(items) <= 3
+    if not arity or not all(_is_count(v) for v in items):
+        allowed = ("three positive integers (x, y, z)" if exactly_three
+                   else "one to three positive integers (x[, y[, z]])")
+        raise ValueError(f"{prefix}`{what}` must be {allowed}, got {value!r}")
+    padded = [int(v) for v in items] + [1] * (3 - len(items))
+    too_big = [v for v in padded if v > MAX_GRID_DIMENSION]
+    if too_big:
+        raise ValueError(f"{prefix}`{what}` {tuple(padded)} has a dimension above "
+                         f"{MAX_GRID_DIMENSION} (2**32 - 1), the most Metal dispatches")
+    return padded[0], padded[1], padded[2]
+
+
+def geometry(grid: Any, threadgroup: Any, *, exactly_three: bool, max_threads: int,
+             grid_name: str = "grid", threadgroup_name: str = "threadgroup",
+             prefix: str = "") -> Geometry:
+    """Checks a dispatch's shape: `grid` threads in all, `threadgroup` threads per group,
+    no more than `max_threads` in a group (Metal's 1024, or the kernel's own limit)."""
+    tg = dims(threadgroup, threadgroup_name, exactly_three=exactly_three, prefix=prefix)
+    threads = math.prod(tg)
+    if threads > max_threads:
+        raise ValueError(
+            f"{prefix}`{threadgroup_name}` {tg} has {threads} threads, more than the "
+            f"{max_threads} a threadgroup of this kernel may have; make it smaller")
+    return Geometry(dims(grid, grid_name, exactly_three=exactly_three, prefix=prefix), tg)
+
+
+def check_timeout(value: Any, what: str = "timeout") -> float | None:
+    """`value` as seconds: None, or a positive finite number."""
+    if value is None:
+        return None
+    ok = isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(
+        value, (bool, np.bool_))
+    if not ok or not math.isfinite(value) or value <= 0:
+        raise ValueError(f"`{what}` must be a positive number of seconds (or None for the "
+                         f"default), got {value!r}")
+    return float(value)
+
+
+def options(*, sanitize: Any = None, timeout: Any = None) -> Options:
+    """Checked `Options`; `sanitize` True/"raise", "warn", False/None, or from
+    $MTWORK_SANITIZE when None."""
+    from .sanitizer import mode
+
+    return Options(sanitize=mode(sanitize), timeout=check_timeout(timeout))

@@ -1,0 +1,194 @@
+"""One runner for every tool: run a built kernel, check it against the oracle, time it.
+
+`mtwork.sweep`, the live editor and the notebooks all go through `Runner.run`, so a
+configuration means the same thing everywhere: the first call (compile included, timed
+apart), `mtwork.diff` of every output against the oracle's, then `timing.bench` when
+the outputs are right. What happens is an `Outcome`, never an exception: ``ok``,
+``wrong`` (not timed), ``compile_error``, ``fault`` (faults, deadlocks, timeouts,
+threadgroup memory), ``oracle_error`` (an oracle for this configuration raised) or
+``error`` (anything else, e.g. a launch the kernel API rejects).
+"""
+
+from __future__ import annotations
+
+import inspect
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from .display import callable_name
+from .errors import CompileError, KernelFault, OracleError, SweepError, UnknownParameterError
+from .kernel import Launch
+from .oracle import DiffReport, diff
+from .timing import Measurement, bench, output_arrays, wait_for
+
+__all__ = ["FAILED", "Oracle", "Outcome", "Runner", "Status", "outcome_of"]
+
+Status = Literal["ok", "wrong", "compile_error", "fault", "oracle_error", "error"]
+FAILED: tuple[Status, ...] = ("wrong", "compile_error", "fault", "oracle_error", "error")
+
+
+@dataclass
+class Outcome:
+    """What running one built kernel gave. `checked` is False when there was no oracle:
+    then ``ok`` only means it ran."""
+
+    status: Status = "ok"
+    diffs: list[DiffReport] = field(default_factory=list)
+    measurement: Measurement | None = None
+    first_call_s: float | None = None  # the first call, compile included; not a sample
+    error_type: str | None = None
+    message: str | None = None
+    checked: bool = False
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+
+def outcome_of(exc: Exception) -> Outcome:
+    """The outcome an exception from building or running a kernel stands for; mistakes in
+    the set-up itself (`SweepError`) are raised, not recorded."""
+    if isinstance(exc, SweepError):
+        raise exc
+    status: Status = ("compile_error" if isinstance(exc, CompileError)
+                      else "fault" if isinstance(exc, KernelFault) else "error")
+    return Outcome(status, error_type=type(exc).__name__, message=str(exc))
+
+
+def takes_config(fn: Any) -> bool:
+    """Whether a callable accepts a `config=` keyword."""
+    try:
+        return "config" in inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return False
+
+
+class Oracle:
+    """The expected outputs: given as they are, from ``oracle(*inputs)`` (computed once),
+    or from ``oracle(*inputs, config=...)`` (per configuration, cached by it)."""
+
+    def __init__(self, oracle: Any, inputs: Sequence[Any]):
+        self.oracle = oracle
+        self.inputs = list(inputs)
+        self.per_config = callable(oracle) and takes_config(oracle)
+        self._cache: dict[str, Any] = {}
+
+    def __bool__(self) -> bool:
+        return self.oracle is not None
+
+    def expected(self, config: Mapping[str, Any]) -> Any:
+        """The outputs expected for `config`. A shared oracle that raises stops
+        everything (`OracleError`); a per-configuration one raises as it does."""
+        if not callable(self.oracle):
+            return self.oracle
+        key = repr(sorted(dict(config).items())) if self.per_config else ""
+        if key not in self._cache:
+            if self.per_config:
+                self._cache[key] = self.oracle(*self.inputs, config=config)
+            else:
+                try:
+                    self._cache[key] = self.oracle(*self.inputs)
+                except Exception as exc:  # noqa: BLE001 - any oracle failure stops the run
+                    raise OracleError(
+                        f"the oracle {callable_name(self.oracle)} raised "
+                        f"{type(exc).__name__}: {exc}. Nothing was checked; fix the oracle "
+                        "(or pass oracle=None to run without checking)") from exc
+        return self._cache[key]
+
+
+class Runner:
+    """Runs built kernels on `inputs`: checked against `oracle` (see `Oracle`), with
+    `diff_options` for `mtwork.diff`, timed over `rounds` after `warmup` calls on
+    `backend`'s clock (0 rounds: not timed). `names` label the outputs in the diffs.
+    `on_phase(name)` hears "running", "checking" and "timing" as they start."""
+
+    def __init__(self, *, inputs: Sequence[Any] = (), oracle: Any = None,
+                 diff_options: Mapping[str, Any] | None = None, backend: str,
+                 rounds: int = 5, warmup: int = 1, names: Sequence[str] = (),
+                 on_phase: Callable[[str], None] | None = None):
+        self.inputs = list(inputs)
+        self.oracle = Oracle(oracle, self.inputs)
+        self.diff_options = dict(diff_options or {})
+        self.backend = backend
+        self.rounds = rounds
+        self.warmup = warmup
+        self.names = list(names)
+        self.on_phase = on_phase or (lambda _phase: None)
+
+    def call(self, built: Any) -> Callable[[], Any]:
+        """`built` (a `Launch`, run on the runner's backend, or any callable) as a call
+        on the runner's inputs."""
+        if isinstance(built, Launch):
+            return lambda: built(*self.inputs, backend=self.backend)
+        if not callable(built):
+            raise SweepError(f"build(config) must return an mtwork.Launch or a callable, "
+                             f"got {type(built).__name__}")
+        return lambda: built(*self.inputs)
+
+    def run(self, built: Any, config: Mapping[str, Any]) -> Outcome:
+        """Runs, checks and times `built` for `config`."""
+        fn = self.call(built)
+        expected = None
+        if self.oracle and self.oracle.per_config:
+            try:
+                expected = self.oracle.expected(config)
+            except UnknownParameterError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - this configuration's outcome
+                return Outcome("oracle_error", error_type=type(exc).__name__,
+                               message=f"the oracle raised {type(exc).__name__}: {exc}")
+        elif self.oracle:
+            expected = self.oracle.expected(config)
+        self.on_phase("running")
+        start = time.perf_counter()
+        try:
+            outputs = fn()
+            wait_for(outputs, self.backend)
+        except UnknownParameterError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - this configuration's outcome
+            return outcome_of(exc)
+        outcome = Outcome(first_call_s=time.perf_counter() - start)
+        if self.oracle:
+            self.on_phase("checking")
+            self._check(outcome, outputs, expected)
+            if not outcome.ok:
+                return outcome
+        if self.rounds > 0:
+            self.on_phase("timing")
+            try:
+                outcome.measurement = bench(fn, warmup=self.warmup, rounds=self.rounds,
+                                            backend=self.backend)
+            except Exception as exc:  # noqa: BLE001 - e.g. a fault that shows up only later
+                failed = outcome_of(exc)
+                failed.first_call_s, failed.diffs = outcome.first_call_s, outcome.diffs
+                return failed
+        return outcome
+
+    def _check(self, outcome: Outcome, outputs: Any, expected: Any) -> None:
+        """Diffs outputs against the oracle's; marks the outcome wrong when they differ."""
+        outcome.checked = True
+        got, want = output_arrays(outputs), output_arrays(expected)
+        if len(got) != len(want):
+            outcome.status = "wrong"
+            outcome.message = f"the kernel returned {len(got)} outputs, the oracle {len(want)}"
+            return
+        try:
+            outcome.diffs = [
+                diff(a, e, name=self.names[i] if i < len(self.names) else f"output {i}",
+                     **self.diff_options)
+                for i, (a, e) in enumerate(zip(got, want))
+            ]
+        except ValueError as exc:  # e.g. shapes that do not match
+            outcome.status, outcome.error_type, outcome.message = (
+                "wrong", type(exc).__name__, str(exc))
+            return
+        bad = [d for d in outcome.diffs if not d.ok]
+        if bad:
+            outcome.status = "wrong"
+            outcome.message = "; ".join(
+                f"{d.name}: {d.n_mismatch}/{d.size} mismatches"
+                + ("" if d.max_abs_err is None else f", max abs err {d.max_abs_err:.3g}")
+                for d in bad)
