@@ -40,7 +40,9 @@ def kernels_dir() -> Path:
 @dataclass
 class KernelSpec:
     """A body-form kernel whose MSL lives in files: `source` (the body) and an optional
-    `header`, both relative to the family folder."""
+    `header`, both relative to `folder` — the family's folder, which a family module
+    gives as ``folder=Path(__file__).parent`` so that the spec finds its files however
+    the module was imported. `mtwork.editor(spec, build)` edits it live."""
 
     name: str
     source: str
@@ -49,8 +51,15 @@ class KernelSpec:
     header: str | None = None
     ensure_row_contiguous: bool = True
     atomic_outputs: bool = False
-    folder: Path = field(default_factory=Path)
     description: str = ""
+    folder: Path = field(kw_only=True)
+
+    def __post_init__(self) -> None:
+        self.folder = Path(self.folder)
+        if not self.folder.is_absolute():
+            raise ValueError(f"KernelSpec {self.name!r}: `folder` must be an absolute path "
+                             f"(the family's folder: Path(__file__).parent), got "
+                             f"{self.folder}")
 
     @property
     def source_path(self) -> Path:
@@ -66,12 +75,6 @@ class KernelSpec:
     def read_header(self) -> str:
         path = self.header_path
         return path.read_text() if path else ""
-
-    def edit(self, build: Any, **options: Any) -> Any:
-        """A live editor for this kernel (see mtwork.editor)."""
-        from .editor import editor
-
-        return editor(self, build, **options)
 
     def kernel(self, *, source: str | None = None, header: str | None = None,
                **options: Any) -> MetalKernel:
@@ -106,7 +109,7 @@ def family_names() -> list[str]:
 
 
 def load_family(name: str) -> ModuleType:
-    """Imports `kernels/<name>/family.py`; its KernelSpecs learn their folder."""
+    """Imports `kernels/<name>/family.py`."""
     path = kernels_dir() / name / "family.py"
     if not path.is_file():
         known = ", ".join(family_names()) or "none"
@@ -119,6 +122,4 @@ def load_family(name: str) -> ModuleType:
     module = importlib.util.module_from_spec(spec)
     sys.modules[module_name] = module
     spec.loader.exec_module(module)
-    for kernel in getattr(module, "KERNELS", {}).values():
-        kernel.folder = path.parent
     return module

@@ -7,6 +7,7 @@ A call generates the MSL MLX would compile (`mtwork.msl.body`), describes it as 
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -339,6 +340,10 @@ class Launch:
         return MetalKernel(k.name, k.input_names, k.output_names, k.source,
                            define_lines(self.defines) + k.header, k.ensure_row_contiguous,
                            k.atomic_outputs, k.compile_options, k.backend)
+
+    def replace_kernel(self, kernel: MetalKernel) -> Launch:
+        """This launch with another kernel (an edited one) in it."""
+        return dataclasses.replace(self, kernel=kernel)
 
     @property
     def define_line_count(self) -> int:

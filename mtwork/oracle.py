@@ -29,22 +29,29 @@ from typing import TYPE_CHECKING, Any, Literal
 import mlx.core as mx
 import numpy as np
 
+from .diffplot import Elements, combined_figure, heatmap_figure, histogram_figure
+from .floats import (
+    COMPLEX_PART,
+    band,
+    comparison_dtype,
+    cosine,
+    count_elements,
+    max_or_none,
+    max_rel_err,
+    parts,
+    same_bits,
+    ulp_distance,
+    ulp_stats,
+    within_band,
+)
+
 if TYPE_CHECKING:
     import plotly.graph_objects as go
 
 ArrayLike = Any  # mx.array, np.ndarray, Python scalar or nested list
 Scalar = bool | int | float | complex
 
-_FLOAT_WIDTH = {"float16": 16, "bfloat16": 16, "float32": 32, "float64": 64}
-_COMPLEX_PART = {"complex64": "float32", "complex128": "float64"}
-_INTEGER = {"bool"} | {f"{sign}int{bits}" for sign in ("", "u") for bits in (8, 16, 32, 64)}
-_SUPPORTED = set(_FLOAT_WIDTH) | set(_COMPLEX_PART) | _INTEGER
-_DEFAULT_TOL = {"float64": 1e-10, "float32": 1e-4, "float16": 5e-3, "bfloat16": 5e-2}
 _FLOAT_FIELDS = ("atol", "rtol", "max_abs_err", "max_rel_err", "mean_ulp", "cosine")
-# Heatmaps are max-pooled down to this many cells per side so figures stay light in
-# notebooks and published HTML.
-_MAX_HEATMAP_SIDE = 256
-_MAX_MARKERS = 2000
 _PASS_COLOUR, _FAIL_COLOUR = "#1a7f37", "#cf222e"
 
 
@@ -55,15 +62,6 @@ class Mismatch:
     index: tuple[int, ...]
     actual: Scalar
     expected: Scalar
-
-
-@dataclass(frozen=True)
-class _Elements:
-    """Per-element data for plots, shaped like the compared arrays."""
-
-    abs_err: np.ndarray  # |actual - expected|, NaN where a side is not finite
-    distance: np.ndarray  # ULPs, or |actual - expected| for integer dtypes; NaN likewise
-    mismatch: np.ndarray  # bool
 
 
 @dataclass
@@ -92,7 +90,7 @@ class DiffReport:
     inf_actual: int
     inf_expected: int
     mismatches: list[Mismatch]
-    _elements: _Elements | None = field(default=None, repr=False, compare=False)
+    _elements: Elements | None = field(default=None, repr=False, compare=False)
 
     @property
     def mismatch_fraction(self) -> float:
@@ -156,12 +154,15 @@ class DiffReport:
                 "this report carries no element data (it was restored from a dict); "
                 "run diff() again to plot it"
             )
+        title = (f"{_headline(self)}: {self.dtype} {self.shape}, {self.n_mismatch}/"
+                 f"{self.size} mismatches")
+        ulps = self.max_ulp is not None
         if kind == "heatmap":
-            return _heatmap_figure(self, self._elements)
+            return heatmap_figure(self._elements, title, self.ok)
         if kind == "histogram":
-            return _histogram_figure(self, self._elements)
+            return histogram_figure(self._elements, title, self.ok, ulps=ulps)
         if kind == "both":
-            return _combined_figure(self, self._elements)
+            return combined_figure(self._elements, title, self.ok, ulps=ulps)
         raise ValueError(f"kind must be 'both', 'heatmap' or 'histogram', not {kind!r}")
 
 
@@ -189,14 +190,14 @@ def diff(
     a, a_dtype = _to_numpy(actual)
     e, e_dtype = _to_numpy(expected)
     e = _check_compatible(a, a_dtype, e, e_dtype)
-    cmp = _comparison_dtype(dtype, e, a_dtype)
+    cmp = comparison_dtype(dtype, e, a_dtype)
     if bitwise:
         _check_bitwise(a_dtype, e_dtype, cmp, atol, rtol)
-        atol_, rtol_, band = 0.0, 0.0, "bitwise"
+        atol_, rtol_, band_text = 0.0, 0.0, "bitwise"
     else:
-        atol_, rtol_, band = _band(cmp, atol, rtol)
+        atol_, rtol_, band_text = band(cmp, atol, rtol)
 
-    ac, ec = _parts(a, cmp), _parts(e, cmp)
+    ac, ec = parts(a, cmp), parts(e, cmp)
     # Widening signalling NaNs raises "invalid"; Inf - Inf does too, and huge finite pairs
     # can overflow. Those elements are judged by the NaN/Inf rules, so silence all three.
     with np.errstate(over="ignore", invalid="ignore"):
@@ -204,13 +205,13 @@ def diff(
         finite = np.isfinite(av) & np.isfinite(ev)
         abs_err = np.where(finite, np.abs(av - ev), np.nan)
     if bitwise:
-        same = _same_bits(ac, ec, cmp)
+        same = same_bits(ac, ec, cmp)
     else:
-        same = _within_band(ac, ec, av, ev, abs_err, finite, atol_, rtol_)
+        same = within_band(ac, ec, av, ev, abs_err, finite, atol_, rtol_)
     mismatch = ~same.all(axis=-1)
     pair_finite = finite.all(axis=-1)
-    ulps = _ulp_distance(ac, ec, cmp)
-    max_ulp, mean_ulp = _ulp_stats(None if ulps is None else ulps[pair_finite])
+    ulps = ulp_distance(ac, ec, cmp)
+    max_ulp, mean_ulp = ulp_stats(None if ulps is None else ulps[pair_finite])
     elem_abs_err = abs_err.max(axis=-1)  # NaN wherever a part is not finite
     # Integer outputs checked against a float reference can be off by a fraction; round up
     # so the error lands in a nonzero histogram bin.
@@ -224,22 +225,22 @@ def diff(
         expected_dtype=e_dtype,
         shape=tuple(a.shape),
         bitwise=bitwise,
-        band=band,
+        band=band_text,
         atol=atol_,
         rtol=rtol_,
         size=int(a.size),
         n_mismatch=int(mismatch.sum()),
-        max_abs_err=_max_or_none(abs_err[finite]),
-        max_rel_err=_max_rel_err(abs_err, ev, finite),
+        max_abs_err=max_or_none(abs_err[finite]),
+        max_rel_err=max_rel_err(abs_err, ev, finite),
         max_ulp=max_ulp,
         mean_ulp=mean_ulp,
-        cosine=_cosine(av[pair_finite], ev[pair_finite]),
-        nan_actual=_count_elements(np.isnan(av)),
-        nan_expected=_count_elements(np.isnan(ev)),
-        inf_actual=_count_elements(np.isinf(av)),
-        inf_expected=_count_elements(np.isinf(ev)),
+        cosine=cosine(av[pair_finite], ev[pair_finite]),
+        nan_actual=count_elements(np.isnan(av)),
+        nan_expected=count_elements(np.isnan(ev)),
+        inf_actual=count_elements(np.isinf(av)),
+        inf_expected=count_elements(np.isinf(ev)),
         mismatches=_first_mismatches(a, e, mismatch, max_listed),
-        _elements=_Elements(elem_abs_err, np.where(pair_finite, distance, np.nan), mismatch),
+        _elements=Elements(elem_abs_err, np.where(pair_finite, distance, np.nan), mismatch),
     )
 
 
@@ -298,27 +299,6 @@ def _check_compatible(a: np.ndarray, a_dtype: str, e: np.ndarray, e_dtype: str) 
     )
 
 
-def _comparison_dtype(dtype: Any, e: np.ndarray, a_dtype: str) -> str:
-    cmp = a_dtype if dtype is None else _dtype_name(dtype)
-    if cmp not in _SUPPORTED:
-        raise ValueError(f"unsupported comparison dtype {cmp!r}; use one of {sorted(_SUPPORTED)}")
-    if cmp not in _COMPLEX_PART and np.iscomplexobj(e):
-        # A real comparison would silently drop the reference's imaginary part.
-        raise ValueError(
-            f"expected is complex ({e.dtype}) but the comparison dtype {cmp} is real; "
-            "pass dtype='complex64' or dtype='complex128' to compare as complex"
-        )
-    return cmp
-
-
-def _dtype_name(dtype: Any) -> str:
-    if isinstance(dtype, mx.Dtype):
-        return str(dtype).rsplit(".", 1)[-1]
-    if isinstance(dtype, str) and dtype == "bfloat16":
-        return dtype  # NumPy does not know this name
-    return np.dtype(dtype).name
-
-
 def _check_bitwise(
     a_dtype: str, e_dtype: str, cmp: str, atol: float | None, rtol: float | None
 ) -> None:
@@ -331,160 +311,7 @@ def _check_bitwise(
         )
 
 
-def _band(cmp: str, atol: float | None, rtol: float | None) -> tuple[float, float, str]:
-    """Resolve the tolerance band and describe where it came from."""
-    if cmp in _INTEGER:
-        default, origin = 0.0, f"{cmp} exact"
-    else:
-        part = _COMPLEX_PART.get(cmp, cmp)
-        default, origin = _DEFAULT_TOL[part], f"{cmp} default"
-    if atol is not None or rtol is not None:
-        origin = "custom"
-    atol_ = default if atol is None else float(atol)
-    rtol_ = default if rtol is None else float(rtol)
-    return atol_, rtol_, f"{origin} (atol={atol_:g}, rtol={rtol_:g})"
-
-
-def _parts(x: np.ndarray, cmp: str) -> np.ndarray:
-    """Add a trailing axis of components: (real, imag) for complex, the value otherwise.
-
-    Every metric is computed per component and then reduced over this axis, so real and
-    complex data share one code path.
-    """
-    if cmp in _COMPLEX_PART:
-        return np.stack([x.real, x.imag], axis=-1)
-    return x[..., np.newaxis]
-
-
-# --- element tests and metrics --------------------------------------------------------------
-
-
-def _within_band(
-    ac: np.ndarray,
-    ec: np.ndarray,
-    av: np.ndarray,
-    ev: np.ndarray,
-    abs_err: np.ndarray,
-    finite: np.ndarray,
-    atol: float,
-    rtol: float,
-) -> np.ndarray:
-    # Native equality keeps integer comparisons exact (float64 would round large int64s) and
-    # matches infinities of the same sign; NaN only matches NaN.
-    close = (ac == ec) | (np.isnan(av) & np.isnan(ev))
-    if atol or rtol:
-        close |= finite & (abs_err <= atol + rtol * np.abs(ev))
-    return close
-
-
-def _same_bits(ac: np.ndarray, ec: np.ndarray, cmp: str) -> np.ndarray:
-    part = _COMPLEX_PART.get(cmp, cmp)
-    if part in _FLOAT_WIDTH:
-        return _float_bits(ac, part) == _float_bits(ec, part)
-    return ac == ec
-
-
-def _ulp_distance(ac: np.ndarray, ec: np.ndarray, cmp: str) -> np.ndarray | None:
-    """Per-element ULP distance in the comparison dtype (max over parts), None for integers.
-
-    Both sides are first rounded to the comparison dtype. Meaningless where a side is NaN;
-    callers mask those out.
-    """
-    part = _COMPLEX_PART.get(cmp, cmp)
-    if part not in _FLOAT_WIDTH:
-        return None
-    return _ordered_distance(_float_bits(ac, part), _float_bits(ec, part)).max(axis=-1)
-
-
-def _ordered_distance(a_bits: np.ndarray, e_bits: np.ndarray) -> np.ndarray:
-    """How many representable values lie between two IEEE bit patterns (unsigned ints).
-
-    Floats are sign-magnitude, so ordering by value is ordering by +magnitude / -magnitude.
-    Both zeros have magnitude 0 and are 0 apart; the smallest subnormals of opposite sign
-    are 2 apart. Stays in the patterns' own unsigned width, which cannot overflow: two
-    magnitudes sum to at most 2**width - 2. That also keeps large arrays cheap.
-    """
-    uint = a_bits.dtype.type
-    sign = uint(1) << uint(a_bits.dtype.itemsize * 8 - 1)
-    magnitude = sign - uint(1)
-    ma, me = a_bits & magnitude, e_bits & magnitude
-    same_sign = (a_bits & sign) == (e_bits & sign)
-    return np.where(same_sign, np.maximum(ma, me) - np.minimum(ma, me), ma + me)
-
-
-def _float_bits(x: np.ndarray, dtype: str) -> np.ndarray:
-    """Bit patterns of x rounded to nearest (ties to even) in `dtype`, as unsigned ints."""
-    with np.errstate(over="ignore", invalid="ignore"):
-        if dtype == "bfloat16":
-            return _bfloat16_bits(x)
-        target = np.dtype(dtype)
-        return x.astype(target).view(f"uint{target.itemsize * 8}")
-
-
-def _bfloat16_bits(x: np.ndarray) -> np.ndarray:
-    if x.dtype in (np.float16, np.float32):
-        f32 = x.astype(np.float32)  # exact
-    else:
-        f32 = _float32_round_to_odd(x.astype(np.float64))
-    u = f32.view(np.uint32)
-    rounded = (u + np.uint32(0x7FFF) + ((u >> np.uint32(16)) & np.uint32(1))) >> np.uint32(16)
-    # NaN keeps its top bits (exact for widened bfloat16), but a payload that lived only in
-    # the low bits would truncate to Inf, so such NaNs get the quiet bit.
-    truncated = u >> np.uint32(16)
-    nan = np.where(truncated & np.uint32(0x7F), truncated, truncated | np.uint32(0x40))
-    return np.where(np.isnan(f32), nan, rounded).astype(np.uint16)
-
-
-def _float32_round_to_odd(x: np.ndarray) -> np.ndarray:
-    """float64 -> float32 rounding inexact results to the neighbour with an odd last bit.
-
-    Rounding to nearest twice (float64 -> float32 -> bfloat16) can land on the wrong
-    bfloat16 when the first step creates an exact tie; rounding to odd first never does,
-    because float32 keeps more than two extra bits below bfloat16's last place.
-    """
-    f = x.astype(np.float32)
-    overshoot = np.abs(f.astype(np.float64)) > np.abs(x)
-    f = np.where(overshoot, np.nextafter(f, np.float32(0)), f)
-    inexact = f.astype(np.float64) != x  # NaNs too, harmlessly: only their top bits are kept
-    return (f.view(np.uint32) | inexact.astype(np.uint32)).view(np.float32)
-
-
-def _ulp_stats(ulps: np.ndarray | None) -> tuple[int | None, float | None]:
-    """Max and mean ULP distance, None when undefined (integers) or nothing is finite."""
-    if ulps is None or not ulps.size:
-        return None, None
-    return int(ulps.max()), float(ulps.mean())
-
-
-def _count_elements(part_flags: np.ndarray) -> int:
-    """Elements with the flag set on any part (a complex NaN counts once)."""
-    return int(part_flags.any(axis=-1).sum())
-
-
-def _max_or_none(x: np.ndarray) -> float | None:
-    return float(x.max()) if x.size else None
-
-
-def _max_rel_err(abs_err: np.ndarray, ev: np.ndarray, finite: np.ndarray) -> float | None:
-    has_ref = finite & (ev != 0)
-    with np.errstate(over="ignore"):
-        return _max_or_none(abs_err[has_ref] / np.abs(ev[has_ref]))
-
-
-def _cosine(av: np.ndarray, ev: np.ndarray) -> float | None:
-    """Cosine similarity of the flattened finite pairs; None if either side is all zero.
-
-    For complex data this is Re<a, e> / (|a| |e|), i.e. real and imaginary parts are
-    treated as separate coordinates.
-    """
-    x, y = av.ravel(), ev.ravel()
-    sx, sy = _max_or_none(np.abs(x)), _max_or_none(np.abs(y))
-    if not sx or not sy:
-        return None
-    # Scale to max 1 first so squaring can neither overflow nor underflow.
-    x, y = x / sx, y / sy
-    cos = np.dot(x, y) / (np.linalg.norm(x) * np.linalg.norm(y))
-    return float(np.clip(cos, -1.0, 1.0))
+# --- mismatches -----------------------------------------------------------------------------
 
 
 def _first_mismatches(
@@ -565,7 +392,7 @@ def _format_mismatch(r: DiffReport, m: Mismatch) -> str:
 def _fmt_value(value: Scalar, dtype: str) -> str:
     """Shortest text that identifies the value in its own dtype."""
     if isinstance(value, complex):
-        part = _COMPLEX_PART.get(dtype, "float64")
+        part = COMPLEX_PART.get(dtype, "float64")
         real, imag = _fmt_value(value.real, part), _fmt_value(value.imag, part)
         return f"({real}{'' if imag.startswith('-') else '+'}{imag}j)"
     if not isinstance(value, float):
@@ -601,157 +428,3 @@ def _report_html(r: DiffReport) -> str:
     )
 
 
-# --- plots ----------------------------------------------------------------------------------
-
-
-def _title(r: DiffReport) -> str:
-    return f"{_headline(r)}: {r.dtype} {r.shape}, {r.n_mismatch}/{r.size} mismatches"
-
-
-def _heatmap_figure(r: DiffReport, el: _Elements) -> go.Figure:
-    import plotly.graph_objects as go  # deferred: sweeps import this module but never plot
-
-    traces, subtitle = _heatmap_traces(el)
-    fig = go.Figure(traces)
-    fig.update_layout(title=f"{_title(r)}<br><sub>{subtitle}</sub>")
-    fig.update_yaxes(autorange="reversed")
-    return _style(fig, r)
-
-
-def _histogram_figure(r: DiffReport, el: _Elements) -> go.Figure:
-    import plotly.graph_objects as go
-
-    trace, subtitle = _histogram_trace(el, ulps=r.max_ulp is not None)
-    fig = go.Figure(trace)
-    fig.update_layout(title=f"{_title(r)}<br><sub>{subtitle}</sub>")
-    fig.update_yaxes(type="log", title="count")
-    return _style(fig, r)
-
-
-def _combined_figure(r: DiffReport, el: _Elements) -> go.Figure:
-    from plotly.subplots import make_subplots
-
-    heat, heat_title = _heatmap_traces(el)
-    hist, hist_title = _histogram_trace(el, ulps=r.max_ulp is not None)
-    fig = make_subplots(
-        rows=2,
-        cols=1,
-        row_heights=[0.68, 0.32],
-        vertical_spacing=0.14,
-        subplot_titles=[heat_title, hist_title],
-    )
-    for trace in heat:
-        fig.add_trace(trace, row=1, col=1)
-    fig.add_trace(hist, row=2, col=1)
-    # Keep the colour bar beside the heatmap instead of spanning both rows.
-    low, high = fig.layout.yaxis.domain
-    fig.update_traces(
-        colorbar={"y": (low + high) / 2, "len": high - low, "yanchor": "middle"},
-        selector={"type": "heatmap"},
-    )
-    fig.update_yaxes(autorange="reversed", row=1, col=1)
-    fig.update_yaxes(type="log", title="count", row=2, col=1)
-    fig.update_layout(title=_title(r), height=700)
-    return _style(fig, r)
-
-
-def _style(fig: go.Figure, r: DiffReport) -> go.Figure:
-    fig.update_layout(
-        title_font_color=_PASS_COLOUR if r.ok else _FAIL_COLOUR,
-        legend={"orientation": "h", "y": 1.02, "yanchor": "bottom", "x": 1, "xanchor": "right"},
-    )
-    return fig
-
-
-def _heatmap_traces(el: _Elements) -> tuple[list[Any], str]:
-    import plotly.graph_objects as go
-
-    err, note = _as_2d(el.abs_err)
-    mismatch, _ = _as_2d(el.mismatch)
-    err, mismatch, rows, cols, pooled = _pool(err, mismatch)
-    traces: list[Any] = [
-        go.Heatmap(
-            z=err,
-            x=cols,
-            y=rows,
-            colorscale="Viridis",
-            colorbar={"title": {"text": "|a−e|"}},
-            hovertemplate="row %{y}, col %{x}<br>|a−e| = %{z:.3g}<extra></extra>",
-            name="|actual − expected|",
-        )
-    ]
-    r_idx, c_idx = np.nonzero(mismatch)
-    if r_idx.size:
-        traces.append(
-            go.Scatter(
-                x=cols[c_idx[:_MAX_MARKERS]],
-                y=rows[r_idx[:_MAX_MARKERS]],
-                mode="markers",
-                marker={"symbol": "x", "color": "red", "size": 7},
-                name="mismatch",
-                hovertemplate="mismatch at row %{y}, col %{x}<extra></extra>",
-            )
-        )
-    return traces, "|actual − expected|" + note + pooled
-
-
-def _as_2d(x: np.ndarray) -> tuple[np.ndarray, str]:
-    """View per-element data as a matrix and say how, for the plot title."""
-    if x.ndim == 2:
-        return x, ""
-    if x.ndim < 2:
-        return x.reshape(1, -1), " (shown as one row)"
-    lead = "×".join(map(str, x.shape[:-1]))
-    return x.reshape(-1, x.shape[-1]), f" (leading dims {lead} collapsed into rows)"
-
-
-def _pool(
-    err: np.ndarray, mismatch: np.ndarray
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, str]:
-    """Max-pool to at most _MAX_HEATMAP_SIDE cells per side; axes keep original indices."""
-    steps = [max(1, math.ceil(n / _MAX_HEATMAP_SIDE)) for n in err.shape]
-    starts = [np.arange(0, n, step) for n, step in zip(err.shape, steps, strict=True)]
-    for axis, step in enumerate(steps):
-        if step > 1:
-            # fmax ignores NaN (non-finite pairs) unless a whole block is NaN.
-            err = np.fmax.reduceat(err, starts[axis], axis=axis)
-            mismatch = np.logical_or.reduceat(mismatch, starts[axis], axis=axis)
-    pooled = "" if steps == [1, 1] else f", max over {steps[0]}×{steps[1]} blocks"
-    return err, mismatch, starts[0], starts[1], pooled
-
-
-def _histogram_trace(el: _Elements, *, ulps: bool) -> tuple[Any, str]:
-    import plotly.graph_objects as go
-
-    finite = el.distance[np.isfinite(el.distance)]
-    labels, counts = _pow2_histogram(finite)
-    unit = "ULP distance" if ulps else "|actual − expected|"
-    skipped = el.distance.size - finite.size
-    title = f"{unit}, finite pairs" + (f" ({skipped} non-finite left out)" if skipped else "")
-    bar = go.Bar(
-        x=labels,
-        y=counts,
-        name=unit,
-        marker_color="#4c72b0",
-        showlegend=False,
-        hovertemplate="%{x}: %{y} elements<extra></extra>",
-    )
-    return bar, title
-
-
-def _pow2_histogram(distance: np.ndarray) -> tuple[list[str], list[int]]:
-    """Count integer-valued distances in bins 0, 1, 2–3, 4–7, ... (empty bins kept)."""
-    # frexp: d = m * 2**exp with m in [0.5, 1), so exp is the bin index for d >= 1 and 0
-    # for d == 0.
-    _, exp = np.frexp(distance)
-    counts = np.bincount(exp.ravel(), minlength=1)
-    return [_pow2_label(k) for k in range(counts.size)], counts.tolist()
-
-
-def _pow2_label(k: int) -> str:
-    if k == 0:
-        return "0"
-    low, high = 2 ** (k - 1), 2**k - 1
-    if high < 10_000:
-        return str(low) if low == high else f"{low}–{high}"
-    return f"2^{k - 1}–2^{k}"

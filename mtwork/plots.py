@@ -61,7 +61,7 @@ def heatmap(
     are marked with a red cross (hover for the reasons)."""
     import plotly.graph_objects as go
 
-    objective, maximize = result._direction(objective, maximize)
+    objective, maximize = result.direction(objective, maximize)
     _check_parameters(result, x, y)
     xs, ys = _values(result, x), _values(result, y)
     scale = _scale(result, objective)
@@ -131,7 +131,7 @@ def lines(
     axis."""
     import plotly.graph_objects as go
 
-    objective, maximize = result._direction(objective, maximize)
+    objective, maximize = result.direction(objective, maximize)
     _check_parameters(result, *[p for p in (x, by) if p])
     scale = _scale(result, objective)
     xs = _values(result, x)

@@ -20,6 +20,7 @@ from typing import Any, Literal
 from .display import callable_name
 from .errors import CompileError, KernelFault, OracleError, SweepError, UnknownParameterError
 from .kernel import Launch
+from .library_kernel import LibraryLaunch
 from .oracle import DiffReport, diff
 from .timing import Measurement, bench, output_arrays, wait_for
 
@@ -118,8 +119,10 @@ class Runner:
         self.on_phase = on_phase or (lambda _phase: None)
 
     def call(self, built: Any) -> Callable[[], Any]:
-        """`built` (a `Launch`, run on the runner's backend, or any callable) as a call
-        on the runner's inputs."""
+        """`built` (a `Launch` or `LibraryLaunch`, run on the runner's backend, or any
+        callable) as a call on the runner's inputs."""
+        if isinstance(built, LibraryLaunch):
+            return lambda: built(backend=self.backend)
         if isinstance(built, Launch):
             return lambda: built(*self.inputs, backend=self.backend)
         if not callable(built):

@@ -123,8 +123,8 @@ def test_setup_offline_sets_an_offline_renderer() -> None:
 
 NOTEBOOK_CELLS = [
     f"import sys\nsys.path.insert(0, {str(REPO)!r})",
-    "from mtwork import plots\nfrom mtwork.compare import Comparison\nfrom mtwork.timing import Clock\n"
-    "plots.setup_offline()",
+    "from mtwork import plots\nfrom mtwork.compare import Comparison\n"
+    "from mtwork.timing import Clock\nplots.setup_offline()",
     "c = Comparison(clock=Clock('sim'), baseline='base', names=('base', 'packed'),\n"
     "               orders=(('base', 'packed'), ('packed', 'base')),\n"
     "               round_times={'base': (2.0, 4.0), 'packed': (1.0, 1.5)}, warmup=0)\n"

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from pathlib import Path
 
 import mlx.core as mx
 import numpy as np
@@ -29,6 +30,8 @@ import mtwork
 from mtwork.families import import_sibling
 from mtwork.kernel import Launch
 from mtwork.sweep import Config, Constraint
+
+FOLDER = Path(__file__).parent  # where this family's .metal files are
 
 formats = import_sibling(__name__, __file__, "formats")
 reference = import_sibling(__name__, __file__, "reference")
@@ -41,7 +44,7 @@ DESCRIPTION = (
 
 def _spec(name: str, inputs: list[str], outputs: list[str], description: str,
           header: str | None = None) -> mtwork.KernelSpec:
-    return mtwork.KernelSpec(name=name, source=f"{name}.metal", header=header,
+    return mtwork.KernelSpec(folder=FOLDER, name=name, source=f"{name}.metal", header=header,
                              input_names=inputs, output_names=outputs,
                              description=description)
 

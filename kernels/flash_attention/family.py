@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from pathlib import Path
 
 import mlx.core as mx
 import numpy as np
@@ -20,6 +21,8 @@ import mtwork
 from mtwork.kernel import Launch
 from mtwork.sweep import Config, Constraint
 from mtwork.timing import Measurement
+
+FOLDER = Path(__file__).parent  # where this family's .metal files are
 
 DESCRIPTION = (
     "Attention softmax(QK^T * scale) V: a scalar kernel and a flash-attention v2 kernel "
@@ -30,6 +33,7 @@ _QKV = ["q", "k", "v", "scale"]
 
 KERNELS = {
     "naive_attention": mtwork.KernelSpec(
+        folder=FOLDER,
         name="naive_attention",
         source="naive_attention.metal",
         input_names=_QKV,
@@ -37,6 +41,7 @@ KERNELS = {
         description="one thread per query row; two scalar passes over the keys",
     ),
     "flash_attention": mtwork.KernelSpec(
+        folder=FOLDER,
         name="flash_attention",
         source="flash_attention.metal",
         header="fragments.h",

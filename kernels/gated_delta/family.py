@@ -20,12 +20,15 @@ sweep space of the `wy` kernel.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, NamedTuple
 
 import mlx.core as mx
 import numpy as np
 
 import mtwork
+
+FOLDER = Path(__file__).parent  # where this family's .metal files are
 
 DESCRIPTION = (
     "Gated DeltaNet recurrence: sequential and packed (bitwise equal) decode kernels and "
@@ -37,6 +40,7 @@ _OUTPUTS = ["y", "state_out"]
 
 KERNELS = {
     "seq": mtwork.KernelSpec(
+        folder=FOLDER,
         name="gated_delta_seq",
         source="gated_delta_seq.metal",
         header="gated_delta.h",
@@ -45,6 +49,7 @@ KERNELS = {
         description="one SIMD-group per value row; simd_sum (or the written-out butterfly)",
     ),
     "packed": mtwork.KernelSpec(
+        folder=FOLDER,
         name="gated_delta_packed",
         source="gated_delta_packed.metal",
         header="gated_delta.h",
@@ -53,6 +58,7 @@ KERNELS = {
         description="eight value rows per SIMD-group, bitwise equal to seq",
     ),
     "wy": mtwork.KernelSpec(
+        folder=FOLDER,
         name="gated_delta_wy",
         source="gated_delta_wy.metal",
         header="gated_delta.h",

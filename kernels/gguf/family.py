@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import cache
+from pathlib import Path
 from typing import Any
 
 import mlx.core as mx
@@ -18,6 +19,8 @@ import numpy as np
 
 import mtwork
 from mtwork.families import import_sibling
+
+FOLDER = Path(__file__).parent  # where this family's .metal files are
 
 quants = import_sibling(__name__, __file__, "quants")
 
@@ -50,6 +53,7 @@ FORMATS = {
 
 KERNELS = {
     name: mtwork.KernelSpec(
+        folder=FOLDER,
         name=f"gguf_dequant_{name}",
         source=f"dequant_{name}.metal",
         header="gguf.h",

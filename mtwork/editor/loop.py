@@ -1,12 +1,14 @@
 """The edit-compile-run-check loop behind `mtwork.editor`, without any widget.
 
-An `EditLoop` holds the texts being edited (a `KernelSpec`'s body and header), the knob
-setting, and what the last run found. `run()` builds the launch for the current knobs
-(`build(config)` returns an `mtwork.Launch`; its kernel is replaced by the one built
-from the edited texts), compiles, runs on the inputs, diffs every output against the
-oracle and, when all match, times the kernel. Nothing in the loop ever changes the texts:
-a compile error, a fault or an exception in `build` becomes an `Outcome`, and the buffers
-stay as they were. `submit()` and `schedule()` do the same on a background thread.
+An `EditLoop` holds the texts being edited (a `Target`: a `KernelSpec`'s files, a
+`metal_kernel` made in a cell, or a `load_metal` kernel's library), the knob setting, and
+what the last run found. `run()` builds the launch for the current knobs (`build(config)`
+returns an `mtwork.Launch`, or `kernel.launch(...)` for a full-source kernel; its kernel
+is replaced by the one made from the edited texts), compiles, runs it through
+`mtwork.run.Runner` (run, diff every output against the oracle, time when all match).
+Nothing in the loop ever changes the texts: a compile error, a fault or an exception in
+`build` becomes an `Outcome`, and the texts stay as they were. `submit()` and
+`schedule()` do the same on a background thread.
 """
 
 from __future__ import annotations
@@ -29,7 +31,8 @@ from ..backends import resolve as resolve_backend
 from ..display import TimeUnit
 from ..errors import CompileError, KernelFault
 from ..families import KernelSpec
-from ..kernel import Launch, MetalKernel
+from ..kernel import MetalKernel
+from ..library_kernel import Kernel, LibraryLaunch
 from ..oracle import DiffReport
 from ..run import Runner
 from ..sweep import Config, SweepResult, sweep
@@ -37,13 +40,14 @@ from ..timing import Measurement, output_arrays
 from .background import Worker
 from .diagnostics import Diagnostic, parse_diagnostics
 from .knobs import Knobs
+from .targets import Target
 
 log = logging.getLogger(__name__)
 
 Status = Literal["compiled", "ok", "ran", "wrong", "compile_error", "fault", "error"]
 Event = Literal["texts", "knobs", "phase", "outcome", "sweep", "saved"]
 Listener = Callable[[Event], None]
-Build = Callable[[Config], Launch]
+Build = Callable[[Config], Any]  # an mtwork.Launch or a full-source kernel.launch(...)
 
 DEFAULT_TIMEOUT = 30.0  # seconds a kernel may run on sim before the watchdog stops it
 
@@ -104,10 +108,12 @@ _STATUS_TEXT = {
 
 
 class EditLoop:
-    """The texts of `spec` being edited, and the loop that compiles, runs and checks them.
+    """The texts of `kernel` being edited, and the loop that compiles, runs and checks them.
 
-    - `build(config)` returns the `mtwork.Launch` for a knob setting (grid, threadgroup,
-      template values, defines, output shapes); its kernel is swapped for the edited one.
+    - `kernel`: a `KernelSpec`, an `mtwork.metal_kernel` or a `load_metal` kernel.
+    - `build(config)` returns the launch for a knob setting (an `mtwork.Launch`: grid,
+      threadgroup, template values, defines, output shapes; or `kernel.launch(...)` of a
+      full-source kernel); its kernel is swapped for the edited one.
     - `inputs`: the arrays the kernel runs on (unless the launch carries its own); the
       oracle gets them too.
     - `oracle`: expected outputs, a function of the inputs, or one that also takes
@@ -120,7 +126,7 @@ class EditLoop:
 
     def __init__(
         self,
-        spec: KernelSpec,
+        kernel: KernelSpec | MetalKernel | Kernel,
         build: Build,
         *,
         inputs: Sequence[Any] = (),
@@ -132,7 +138,7 @@ class EditLoop:
         bench_rounds: int = 3,
         bench_warmup: int = 1,
     ):
-        self.spec = spec
+        self.target = Target(kernel)
         self.build = build
         self.inputs = list(inputs)
         self.oracle = oracle
@@ -146,14 +152,11 @@ class EditLoop:
         self.last_good: Outcome | None = None
         self.last_sweep: SweepResult | None = None
         self.phase = "idle"
-        self._source = spec.read_source()
-        self._header = spec.read_header()
-        self._texts_lock = threading.Lock()
         self._run_lock = threading.Lock()
         self._numbers = itertools.count(1)
         self._runner = Runner(inputs=self.inputs, oracle=oracle, diff_options=self.diff_options,
                               backend=self.backend, rounds=bench_rounds, warmup=bench_warmup,
-                              names=spec.output_names, on_phase=self._set_phase)
+                              names=self.target.output_names, on_phase=self._set_phase)
         self._listeners: list[Listener] = []
         self.worker = Worker()
         self._materialize_inputs()
@@ -177,56 +180,40 @@ class EditLoop:
 
     @property
     def source(self) -> str:
-        return self._source
+        return self.target.texts()[0]
 
     @property
     def header(self) -> str:
-        return self._header
+        return self.target.texts()[1]
 
     @property
     def has_header(self) -> bool:
-        return self.spec.header_path is not None
+        return self.target.has_header
 
     def set_source(self, text: str) -> None:
-        with self._texts_lock:
-            self._source = text
+        self.target.set("source", text)
         self._emit("texts")
 
     def set_header(self, text: str) -> None:
-        if not self.has_header:
-            raise ValueError(f"kernel {self.spec.name!r} has no header file to edit")
-        with self._texts_lock:
-            self._header = text
+        self.target.set("header", text)
         self._emit("texts")
 
     @property
     def dirty(self) -> bool:
-        """True when a buffer differs from its file."""
-        return bool(self._changed_files())
+        """True when a text differs from its file (or has none yet)."""
+        return bool(self.target.changed())
 
-    def save(self) -> list[Path]:
-        """Write the buffers that differ from their files; returns the paths written."""
-        written = []
-        for path, text in self._changed_files():
-            path.write_text(text)
-            written.append(path)
+    def save(self, **paths: str | Path) -> list[Path]:
+        """Writes the texts that differ from their files, atomically; `source=` and
+        `header=` give the files of a kernel that has none yet. Returns the paths written."""
+        written = self.target.save(**paths)
         self._emit("saved")
         return written
 
     def revert(self) -> None:
-        """Replace the buffers by the files' contents."""
-        with self._texts_lock:
-            self._source = self.spec.read_source()
-            self._header = self.spec.read_header()
+        """Replaces the texts by their files' contents."""
+        self.target.revert()
         self._emit("texts")
-
-    def _changed_files(self) -> list[tuple[Path, str]]:
-        with self._texts_lock:
-            pairs = [(self.spec.source_path, self._source)]
-            if self.spec.header_path is not None:
-                pairs.append((self.spec.header_path, self._header))
-        return [(path, text) for path, text in pairs
-                if not path.is_file() or path.read_text() != text]
 
     # --- knobs --------------------------------------------------------------------------
 
@@ -242,28 +229,19 @@ class EditLoop:
 
     # --- building and running -----------------------------------------------------------
 
-    def kernel(self, source: str | None = None, header: str | None = None) -> MetalKernel:
-        """The spec's kernel built from the edited texts (or from the texts given)."""
-        return self.spec.kernel(source=self._source if source is None else source,
-                                header=self._header if header is None else header)
-
     def launch(self, config: Mapping[str, Any] | None = None,
-               kernel: MetalKernel | None = None) -> Launch:
-        """`build(config)` with the edited kernel (and the loop's timeout) in it."""
+               texts: tuple[str, str] | None = None) -> Any:
+        """`build(config)` with the kernel made from the edited texts (or `texts`) in it,
+        and the loop's timeout where the launch sets none."""
         config = Config(self.knobs.config if config is None else config)
-        built = self.build(config)
-        if not isinstance(built, Launch):
-            raise TypeError(f"build(config) must return an mtwork.Launch, got "
-                            f"{type(built).__name__}")
-        kernel = kernel or self.kernel()
-        swapped = MetalKernel(
-            kernel.name, kernel.input_names, kernel.output_names, kernel.source,
-            kernel.header, ensure_row_contiguous=kernel.ensure_row_contiguous,
-            atomic_outputs=kernel.atomic_outputs,
-            compile_options=built.kernel.compile_options, backend=built.kernel.backend,
-        )
-        timeout = built.timeout if built.timeout is not None else self.timeout
-        return dataclasses.replace(built, kernel=swapped, timeout=timeout)
+        source, header = texts or self.target.texts()
+        launch = self.target.swap(self.build(config), source, header)
+        if isinstance(launch, LibraryLaunch):
+            if "timeout" in launch.call:
+                return launch
+            return dataclasses.replace(launch, call={**launch.call, "timeout": self.timeout})
+        return launch if launch.timeout is not None else dataclasses.replace(
+            launch, timeout=self.timeout)
 
     def compile(self) -> Outcome:
         """Compile the edited texts for the current knobs without running them (on
@@ -297,11 +275,9 @@ class EditLoop:
         with self._run_lock:
             self._set_phase("sweeping")
             try:
-                with self._texts_lock:
-                    source, header = self._source, self._header
-                kernel = self.kernel(source, header)
+                source, header = self.target.texts()
                 result = sweep(
-                    lambda config: self.launch(config, kernel), self.knobs.space,
+                    lambda config: self.launch(config, (source, header)), self.knobs.space,
                     inputs=self.inputs, oracle=self.oracle, diff_options=self.diff_options,
                     constraints=self.knobs.rules, strategy=strategy, budget=budget,
                     key=hashlib.sha256(f"{source}\0{header}".encode()).hexdigest(),
@@ -338,8 +314,7 @@ class EditLoop:
 
     def _step(self, *, run: bool) -> Outcome:
         with self._run_lock:
-            with self._texts_lock:
-                source, header = self._source, self._header
+            source, header = self.target.texts()
             config = self.knobs.config
             number = next(self._numbers)
             started = time.perf_counter()
@@ -347,7 +322,7 @@ class EditLoop:
             launch = None
             try:
                 self._set_phase("compiling")
-                launch = self.launch(config, self.kernel(source, header))
+                launch = self.launch(config, (source, header))
                 self._compile(launch)
                 fields = self._run_and_check(launch, config) if run else {"status": "compiled"}
             except CompileError as exc:
@@ -370,12 +345,12 @@ class EditLoop:
         self._emit("outcome")
         return outcome
 
-    def _compile(self, launch: Launch) -> None:
+    def _compile(self, launch: Any) -> None:
         """Compiles ahead of the run where the backend can (MLX compiles at the first
         call)."""
         launch.compile(*self.inputs, backend=self.backend)
 
-    def _run_and_check(self, launch: Launch, config: Config) -> dict[str, Any]:
+    def _run_and_check(self, launch: Any, config: Config) -> dict[str, Any]:
         result = self._runner.run(launch, config)
         fields: dict[str, Any] = {"diffs": tuple(result.diffs),
                                   "measurement": result.measurement}

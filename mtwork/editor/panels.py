@@ -119,21 +119,21 @@ def snapshot_html(loop: EditLoop, uid: str = "") -> str:
     colour = {"ok": _PASS, "busy": _MUTED, "idle": _MUTED, "compiled": _PASS}.get(kind, _FAIL)
     last = loop.last
     diagnostics = last.diagnostics if last is not None else ()
-    spec = loop.spec
+    target = loop.target
     parts = [
         f'<div class="mtw-editor-static" data-mtw-static="{html.escape(uid)}" style="{_BOX}">',
-        f'<div style="font-weight:bold">MSL editor: {html.escape(spec.name)}</div>',
+        f'<div style="font-weight:bold">MSL editor: {html.escape(target.name)}</div>',
         f'<div class="mtw-editor-static-status" style="color:{colour}">{html.escape(text)}</div>',
     ]
     if loop.knobs.names:
         setting = ", ".join(f"{k}={loop.knobs.label(v)}" for k, v in loop.config.items())
         parts.append(f'<div style="color:{_MUTED}">knobs: {html.escape(setting)}</div>')
     parts.append(code_html(loop.source, [d for d in diagnostics if d.file == "source"],
-                           title=spec.source))
+                           title=target.file_name("source")))
     if loop.has_header:
         header_diagnostics = [d for d in diagnostics if d.file == "header"]
         opened = " open" if header_diagnostics else ""
-        parts.append(f"<details{opened}><summary>{html.escape(spec.header or '')}</summary>"
+        parts.append(f"<details{opened}><summary>{html.escape(target.file_name('header'))}</summary>"
                      + code_html(loop.header, header_diagnostics) + "</details>")
     parts.append(errors_html(last))
     parts.append(result_html(loop))

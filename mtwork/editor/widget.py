@@ -24,6 +24,8 @@ import ipywidgets as widgets
 import traitlets
 
 from ..families import KernelSpec, load_family
+from ..kernel import MetalKernel
+from ..library_kernel import Kernel
 from ..sweep import Config, SweepResult
 from .diagnostics import Diagnostic
 from .knobs import Knobs, Rule
@@ -76,10 +78,9 @@ class Editor:
         self.sweep_rounds = sweep_rounds
         self.uid = uuid.uuid4().hex[:12]
         self._from_python = threading.local()
-        spec = loop.spec
-        names = {"source": spec.source}
+        names = {"source": loop.target.file_name("source")}
         if loop.has_header:
-            names["header"] = spec.header
+            names["header"] = loop.target.file_name("header")
         self.code = CodeEditor(source=loop.source, header=loop.header, file_names=names,
                                uid=self.uid, height=height)
         self.code.observe(self._on_typing, names=["source", "header"])
@@ -153,8 +154,10 @@ class Editor:
             options["budget"] = budget
         return self.loop.sweep(**options)
 
-    def save(self) -> list[Path]:
-        return self.loop.save()
+    def save(self, **paths: str | Path) -> list[Path]:
+        """Writes the edited texts to their files (`source=`/`header=` name them for a
+        kernel made in a cell)."""
+        return self.loop.save(**paths)
 
     def revert(self) -> None:
         self.loop.revert()
@@ -174,7 +177,7 @@ class Editor:
         self._static = display(self.snapshot(), display_id=True)
 
     def __repr__(self) -> str:
-        return f"<mtwork editor of {self.loop.spec.name}: {status_text(self.loop)[1]}>"
+        return f"<mtwork editor of {self.loop.target.name}: {status_text(self.loop)[1]}>"
 
     # --- widgets ------------------------------------------------------------------------
 
@@ -303,7 +306,7 @@ def sweep_figure(result: SweepResult) -> Any:
 
 
 def editor(
-    kernel: KernelSpec | str,
+    kernel: KernelSpec | MetalKernel | Kernel | str,
     build: Build,
     *,
     inputs: Sequence[Any] = (),
@@ -323,10 +326,13 @@ def editor(
 ) -> Editor:
     """A live editor of a kernel's MSL: type, and it compiles, runs and diffs.
 
-    - `kernel`: a `KernelSpec`, or "family/name" (e.g. "gguf/q8_0"); the editor loads its
-      body and header files, and `save()` (or Ctrl/Cmd-S) writes them back.
-    - `build(config)` returns the `mtwork.Launch` for a knob setting; the editor runs it
-      with its kernel replaced by the edited one. E.g. for gguf:
+    - `kernel`: what to edit: a `KernelSpec` or "family/name" (e.g. "gguf/q8_0"), whose
+      body and header files `save()` (or Ctrl/Cmd-S) writes back; an `mtwork.metal_kernel`
+      made in a cell, whose texts stay in the editor until `save(source=path,
+      header=path)`; or a kernel of `mtwork.load_metal`, whose library file is edited.
+    - `build(config)` returns the launch for a knob setting: an `mtwork.Launch` (or, for
+      a `load_metal` kernel, `kernel.launch(buffers=..., grid=..., ...)`); the editor runs
+      it with its kernel replaced by the edited one. E.g. for gguf:
       `build=lambda c: gguf.launch("q8_0", packed, **c)`.
     - `inputs`, `oracle`, `diff_options`: as `mtwork.sweep` takes them.
     - `space` (name -> allowed values) and `constraints` (as `mtwork.sweep` takes them)
@@ -339,8 +345,7 @@ def editor(
       headlessly, call `run()` or `wait()` before the cell ends, so that the exported
       HTML holds the result.
     """
-    spec = _spec(kernel)
-    loop = EditLoop(spec, build, inputs=inputs, oracle=oracle,
+    loop = EditLoop(_kernel(kernel), build, inputs=inputs, oracle=oracle,
                     knobs=Knobs(space, constraints, config), diff_options=diff_options,
                     backend=backend, timeout=timeout, bench_rounds=bench_rounds)
     made = Editor(loop, debounce=debounce, sweep_budget=sweep_budget,
@@ -350,10 +355,11 @@ def editor(
     return made
 
 
-def _spec(kernel: KernelSpec | str) -> KernelSpec:
-    if isinstance(kernel, KernelSpec):
+def _kernel(kernel: KernelSpec | MetalKernel | Kernel | str
+            ) -> KernelSpec | MetalKernel | Kernel:
+    if not isinstance(kernel, str):
         return kernel
-    family, _, name = str(kernel).partition("/")
+    family, _, name = kernel.partition("/")
     kernels = load_family(family).KERNELS
     if name not in kernels:
         raise ValueError(f"family {family!r} has no kernel {name!r}; it has "

@@ -176,7 +176,7 @@ def _progress_text(result: SweepResult) -> str:
     failed = sum(n for s, n in counts.items() if s != "ok")
     text = f"ok={counts.get('ok', 0)} failed={failed}"
     if result.ranked():
-        text += f" best={result._objective_text(result.best())}"
+        text += f" best={result.objective_text(result.best())}"
     return text
 
 

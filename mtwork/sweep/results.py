@@ -156,7 +156,7 @@ class SweepResult:
     def ranked(self, objective: str | None = None, *, maximize: bool | None = None
                ) -> list[Record]:
         """Passing records, best first."""
-        objective, maximize = self._direction(objective, maximize)
+        objective, maximize = self.direction(objective, maximize)
         scored = [r for r in self.ok if r.value(objective) is not None]
         return sorted(scored, key=lambda r: r.value(objective), reverse=maximize)
 
@@ -168,7 +168,8 @@ class SweepResult:
             raise SweepError(f"no configuration passed ({counts}); see the failures above")
         return ranked[0]
 
-    def _direction(self, objective: str | None, maximize: bool | None) -> tuple[str, bool]:
+    def direction(self, objective: str | None, maximize: bool | None) -> tuple[str, bool]:
+        """The objective to rank by and whether higher is better (None: the sweep's)."""
         objective = objective or self.objective
         if maximize is None:
             maximize = self.maximize if objective == self.objective else False
@@ -231,10 +232,11 @@ class SweepResult:
         if self.ranked():
             b = self.best()
             lines.append(f"best by {self.objective} ({direction} is better): {b.config} — "
-                         f"{self._objective_text(b)}")
+                         f"{self.objective_text(b)}")
         return lines
 
-    def _objective_text(self, r: Record) -> str:
+    def objective_text(self, r: Record) -> str:
+        """`r`'s value of the sweep's objective, formatted."""
         v = r.value(self.objective)
         if v is None:
             return "—"

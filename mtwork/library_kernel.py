@@ -1,0 +1,356 @@
+"""One kernel of a full-source library: its template instantiated, its function constants
+set, its buffers bound, dispatched through `mtwork.backends.run`; and `LibraryLaunch`,
+one call of it with everything it needs (what a sweep's or an editor's `build` returns).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import TYPE_CHECKING, Any
+
+import mlx.core as mx
+import numpy as np
+
+from .backends import compile as compile_program
+from .backends import run as run_program
+from .buffers import to_mx
+from .dispatch import Dispatch, FullSource, Param, Program, dims, geometry, options
+from .errors import ThreadgroupMemoryError
+from .limits import (
+    MAX_BUFFER_INDEX,
+    MAX_THREADS_PER_THREADGROUP,
+    THREADGROUP_MEMORY_ALIGNMENT,
+    THREADGROUP_MEMORY_BYTES,
+)
+from .msl.constants import function_constant_macros
+from .msl.signature import KernelParam, KernelSignature
+from .msl.templates import substitute
+from .msl.types import TypeInfo, type_info
+from .sanitizer import SanitizerError, SanitizerReport
+from .values import bind
+
+if TYPE_CHECKING:
+    from .library import Library
+
+__all__ = ["Kernel", "LibraryLaunch", "Outputs"]
+
+
+class Outputs(dict):
+    """The kernel's writable buffers after a dispatch, as numpy arrays by parameter name
+    (bfloat16 data as its uint16 bits). A numpy array the caller passed is the same
+    object, written in place. ``outputs.mx(name)`` gives the buffer as an ``mx.array``."""
+
+    def __init__(self, arrays: Mapping[str, np.ndarray], kinds: Mapping[str, mx.Dtype | None]):
+        super().__init__(arrays)
+        self._kinds = dict(kinds)
+
+    def mx(self, name: str) -> mx.array:
+        return to_mx(self[name], self._kinds.get(name))
+
+
+def _describe(p: KernelParam) -> str:
+    return f"{p.kind}({p.index}) `{p.name}` ({p.type_text})"
+
+
+class Kernel:
+    """One kernel of a `Library`, its template instantiated and its function constants
+    set. Call it to dispatch; `compile()` compiles it ahead of time. The report of its
+    last sanitized call is `last_sanitizer_report`."""
+
+    def __init__(self, library: Library, signature: KernelSignature,
+                 template_args: tuple[str, ...], constants: dict[str, str | None], label: str):
+        self.library = library
+        self.signature = signature
+        self.template_args = template_args
+        self.constants = constants
+        self.name = label
+        self.last_sanitizer_report: SanitizerReport | None = None
+        unsupported = [p for p in signature.params if p.kind == "unsupported"]
+        if unsupported:
+            p = unsupported[0]
+            raise TypeError(
+                f"kernel `{signature.name}` has parameter `{p.name}` ({p.type_text}, "
+                f"{p.attribute}); mtwork binds buffers, threadgroup memory and thread "
+                f"attributes only")
+        too_high = [p for p in signature.buffers if p.index is not None
+                    and p.index > MAX_BUFFER_INDEX]
+        if too_high:
+            raise ValueError(f"{_describe(too_high[0])}: Metal has buffer indices 0 to "
+                             f"{MAX_BUFFER_INDEX}")
+
+    def __repr__(self) -> str:
+        return f"Kernel({self.name!r})\n{self.signature.describe()}"
+
+    @property
+    def function(self) -> str:
+        """The C++ function the dispatch calls, e.g. ``scale<float>``."""
+        if not self.signature.is_template:
+            return self.signature.name
+        return f"{self.signature.name}<{', '.join(self.template_args)}>"
+
+    @property
+    def template_values(self) -> dict[str, str]:
+        """Every template parameter's argument, defaults included (``{"T": "float"}``)."""
+        values: dict[str, str] = {}
+        for k, param in enumerate(self.signature.template_params):
+            given = k < len(self.template_args)
+            values[param.name] = (self.template_args[k] if given
+                                  else substitute(param.default or "", values))
+        return values
+
+    def param_type(self, p: KernelParam) -> str:
+        """`p`'s declared type with the template arguments in place."""
+        return substitute(p.type_text, self.template_values)
+
+    def element_info(self, p: KernelParam) -> TypeInfo | None:
+        """What `p` points at (or refers to), when it is a scalar or vector type."""
+        return self._element_infos[p.name]
+
+    @cached_property
+    def _element_infos(self) -> dict[str, TypeInfo | None]:
+        return {
+            p.name: type_info(KernelParam(p.name, self.param_type(p), p.kind).element_type)
+            for p in self.signature.params
+        }
+
+    def is_present(self, p: KernelParam) -> bool | None:
+        """Whether a ``[[function_constant(c)]]`` parameter exists in this compilation:
+        True/False when `c` is a function constant, None when it cannot be told here."""
+        gate = p.function_constant
+        if gate is None:
+            return True
+        if gate not in self.constants:
+            return None
+        return self.constants[gate] not in (None, "false", "0")
+
+    @cached_property
+    def program(self) -> Program:
+        """What the backends compile for this kernel."""
+        lib = self.library
+        params = tuple(
+            Param(p.kind, p.name, self.param_type(p), p.index,  # type: ignore[arg-type]
+                  attribute=p.attribute if p.kind == "attribute" else "",
+                  writable=p.writable)
+            for p in self.signature.params
+        )
+        constants = tuple((name, c.type_text, self.constants.get(name))
+                          for name, c in lib.function_constants.items())
+        return Program(
+            label=self.name,
+            sources=lib.sources,
+            function=self.function,
+            params=params,
+            math_mode=lib.math_mode,
+            form=FullSource(self.signature, self.template_args, constants),
+            defines=function_constant_macros({n: (t, v) for n, t, v in constants}),
+            max_threads=min(MAX_THREADS_PER_THREADGROUP,
+                            self.signature.max_threads or MAX_THREADS_PER_THREADGROUP),
+        )
+
+    # -- binding ---------------------------------------------------------------------
+
+    def _bind(self, buffers: Mapping[int | str, Any] | Sequence[Any] | None
+              ) -> dict[str, tuple[KernelParam, Any]]:
+        params = self.signature.buffers
+        if buffers is None:
+            buffers = {}
+        if isinstance(buffers, (str, bytes, np.ndarray, mx.array)):
+            raise TypeError("`buffers` maps [[buffer(n)]] indices or parameter names to "
+                            f"values (or is a list by index), got {type(buffers).__name__}")
+        if not isinstance(buffers, Mapping):
+            buffers = dict(enumerate(buffers))
+        by_index = {p.index: p for p in params}
+        by_name = {p.name: p for p in params}
+        chosen: dict[str, tuple[KernelParam, Any]] = {}
+        for key, value in buffers.items():
+            if isinstance(key, (int, np.integer)) and not isinstance(key, bool):
+                p = by_index.get(int(key))
+            elif isinstance(key, str):
+                p = by_name.get(key)
+            else:
+                raise TypeError(f"buffers are bound by index (int) or name (str), not {key!r}")
+            if p is None:
+                raise TypeError(self._no_such_buffer(key))
+            if p.name in chosen:
+                raise TypeError(f"{_describe(p)} is bound twice (by index and by name)")
+            chosen[p.name] = (p, value)
+        missing = [p for p in params if p.name not in chosen and self.is_present(p)]
+        if missing:
+            raise TypeError(f"kernel `{self.name}`: no binding for "
+                            + ", ".join(_describe(p) for p in missing))
+        return chosen
+
+    def _no_such_buffer(self, key: int | str) -> str:
+        other = next((p for p in self.signature.params if p.name == key), None)
+        if other is not None and other.kind == "threadgroup":
+            return (f"`{key}` is threadgroup memory: give its size in bytes with "
+                    f"threadgroup_memory={{{other.index}: ...}}")
+        if other is not None and other.kind == "attribute":
+            return f"`{key}` is the thread attribute [[{other.attribute}]]: the dispatch sets it"
+        what = f"buffer({key})" if isinstance(key, int) else f"buffer named `{key}`"
+        have = ", ".join(_describe(p) for p in self.signature.buffers) or "none"
+        return f"kernel `{self.name}` has no {what}; its buffers are: {have}"
+
+    def _threadgroup_sizes(self, sizes: Mapping[int | str, int] | None) -> dict[int, int]:
+        """Bytes of each ``[[threadgroup(n)]]`` argument, by index in increasing order."""
+        params = self.signature.threadgroup_params
+        if sizes is not None and not isinstance(sizes, Mapping):
+            raise TypeError("`threadgroup_memory` maps [[threadgroup(n)]] indices or names "
+                            f"to sizes in bytes, got {type(sizes).__name__}")
+        given: dict[int, int] = {}
+        for key, size in (sizes or {}).items():
+            p = None if isinstance(key, bool) else next(
+                (q for q in params if key in (q.index, q.name)), None)
+            if p is None:
+                have = ", ".join(_describe(q) for q in params) or "none"
+                raise TypeError(f"kernel `{self.name}` has no threadgroup({key}) argument; "
+                                f"it has: {have}")
+            if not isinstance(size, (int, np.integer)) or isinstance(size, bool) or size < 0:
+                raise ValueError(f"{_describe(p)}: the size is a number of bytes (0 or more), "
+                                 f"got {size!r}")
+            if size % THREADGROUP_MEMORY_ALIGNMENT:
+                raise ValueError(f"{_describe(p)}: {size} bytes is not a multiple of 16, as "
+                                 f"Metal's setThreadgroupMemoryLength requires")
+            given[p.index] = int(size)  # type: ignore[index]
+        missing = [p for p in params if p.index not in given]
+        if missing:
+            raise TypeError(f"kernel `{self.name}`: give the size in bytes of "
+                            + ", ".join(_describe(p) for p in missing)
+                            + " with threadgroup_memory={index: bytes}")
+        total = sum(given.values())
+        if total > THREADGROUP_MEMORY_BYTES:
+            raise ThreadgroupMemoryError(
+                self.name, f"its [[threadgroup(n)]] arguments take {total} bytes, more than "
+                           f"the {THREADGROUP_MEMORY_BYTES} bytes (32 KiB) a threadgroup has")
+        return dict(sorted(given.items()))
+
+    def dispatch(
+        self,
+        *,
+        buffers: Mapping[int | str, Any] | Sequence[Any] | None = None,
+        threadgroup_memory: Mapping[int | str, int] | None = None,
+        threadgroups: Any = None,
+        grid: Any = None,
+        threads_per_threadgroup: Any = None,
+        timeout: float | None = None,
+        sanitize: bool | str | None = None,
+    ) -> Dispatch:
+        """The dispatch record of a call (see `__call__`), every argument checked."""
+        if (threadgroups is None) == (grid is None):
+            raise TypeError("give either threadgroups= (dispatchThreadgroups: a count of "
+                            "threadgroups) or grid= (dispatchThreads: a count of threads)")
+        if threads_per_threadgroup is None:
+            raise TypeError("threads_per_threadgroup= is required")
+        tg = dims(threads_per_threadgroup, "threads_per_threadgroup", exactly_three=False)
+        grid_name = "grid"
+        if grid is None:
+            groups = dims(threadgroups, "threadgroups", exactly_three=False)
+            grid = tuple(g * t for g, t in zip(groups, tg))
+            grid_name = "threadgroups × threads_per_threadgroup"
+        shape = geometry(grid, tg, exactly_three=False, max_threads=self.program.max_threads,
+                         grid_name=grid_name, threadgroup_name="threads_per_threadgroup")
+        chosen = self._bind(buffers)
+        bound = {p.index: bind(p, value, self.element_info(p),
+                               f"{_describe(p)} of `{self.name}`")
+                 for p, value in chosen.values()}
+        return Dispatch(bound, shape, options(sanitize=sanitize, timeout=timeout),
+                        self._threadgroup_sizes(threadgroup_memory))
+
+    def __call__(
+        self,
+        *,
+        buffers: Mapping[int | str, Any] | Sequence[Any] | None = None,
+        threadgroup_memory: Mapping[int | str, int] | None = None,
+        threadgroups: Any = None,
+        grid: Any = None,
+        threads_per_threadgroup: Any = None,
+        backend: str | None = None,
+        timeout: float | None = None,
+        sanitize: bool | str | None = None,
+    ) -> Outputs:
+        """Dispatches the kernel and returns its writable buffers.
+
+        `buffers`: by ``[[buffer(n)]]`` index or parameter name (a sequence binds indices
+        0, 1, ...). `threadgroup_memory`: bytes for each ``[[threadgroup(n)]]`` argument.
+        Give `threadgroups` (``dispatchThreadgroups``: how many threadgroups) or `grid`
+        (``dispatchThreads``: how many threads; edge threadgroups are partial), and
+        `threads_per_threadgroup`. `timeout`: the sim watchdog, in seconds. `sanitize`:
+        True or "warn" runs on sim with every access checked (see mtwork.sanitizer).
+        """
+        call = self.dispatch(buffers=buffers, threadgroup_memory=threadgroup_memory,
+                             threadgroups=threadgroups, grid=grid,
+                             threads_per_threadgroup=threads_per_threadgroup,
+                             timeout=timeout, sanitize=sanitize)
+        try:
+            done = run_program(self.program, call, backend=backend or self.library.backend)
+        except SanitizerError as exc:
+            self.last_sanitizer_report = exc.report
+            raise
+        self.last_sanitizer_report = done.sanitizer
+        by_index = {p.index: p for p in self.signature.buffers}
+        arrays = {by_index[i].name: arr for i, arr in done.buffers.items()}
+        kinds = {by_index[i].name: getattr(call.buffers[i], "dtype", None) for i in done.buffers}
+        return Outputs(arrays, kinds)
+
+    def compile(self, *, backend: str | None = None, sanitize: bool | str | None = None
+                ) -> Kernel:
+        """Compiles the kernel now where the backend compiles ahead of a call (sim; a
+        `CompileError` quotes the author's files and lines). Returns the kernel."""
+        compile_program(self.program, backend=backend or self.library.backend,
+                         options=options(sanitize=sanitize))
+        return self
+
+    def rebuilt(self, text: str) -> Kernel:
+        """This kernel (same template arguments and constants) from the library with its
+        main file's text replaced, e.g. by an editor's buffer."""
+        library = self.library.with_text(text)
+        signature = library.kernels.get(self.signature.name)
+        if signature is None:
+            raise KeyError(f"the edited text no longer defines kernel "
+                           f"`{self.signature.name}`; it defines: "
+                           f"{', '.join(library.names()) or 'none'}")
+        return Kernel(library, signature, self.template_args, dict(self.constants), self.name)
+
+    def launch(self, **call: Any) -> LibraryLaunch:
+        """One call of this kernel, kept to run later: the arguments `__call__` takes
+        (buffers, geometry, threadgroup memory, timeout), checked now."""
+        unknown = set(call) - _CALL_ARGUMENTS
+        if unknown:
+            raise TypeError(f"launch() takes {', '.join(sorted(_CALL_ARGUMENTS))}; not "
+                            f"{', '.join(sorted(unknown))}")
+        self.dispatch(**{k: v for k, v in call.items()})
+        return LibraryLaunch(self, call)
+
+
+_CALL_ARGUMENTS = frozenset({"buffers", "threadgroup_memory", "threadgroups", "grid",
+                             "threads_per_threadgroup", "timeout"})
+
+
+@dataclass(frozen=True)
+class LibraryLaunch:
+    """One call of a full-source `Kernel` (see `Kernel.launch`). Calling it dispatches:
+    ``launch(backend=..., sanitize=...)`` returns the kernel's `Outputs`. A numpy array
+    among the buffers is written in place on every call."""
+
+    kernel: Kernel
+    call: Mapping[str, Any] = field(default_factory=dict)
+
+    define_line_count = 0  # full-source kernels take constants, not defines
+
+    def replace_kernel(self, kernel: Kernel) -> LibraryLaunch:
+        """This launch with another kernel (an edited one) in it."""
+        return dataclasses.replace(self, kernel=kernel)
+
+    def compile(self, *inputs: Any, backend: str | None = None) -> None:
+        """Compiles the kernel ahead of a call (full-source kernels take no inputs here)."""
+        self.kernel.compile(backend=backend)
+
+    def __call__(self, *inputs: Any, backend: str | None = None,
+                 sanitize: bool | str | None = None) -> Outputs:
+        if inputs:
+            raise TypeError("a full-source launch carries its buffers; call it without "
+                            "inputs")
+        return self.kernel(**self.call, backend=backend, sanitize=sanitize)
