@@ -253,6 +253,27 @@ def test_random_strategy_samples_a_budget_of_distinct_configurations() -> None:
     assert configs(first) != [(a, b) for a in range(5) for b in range(4)][:6]
 
 
+def test_latin_strategy_covers_every_value_of_every_parameter() -> None:
+    space = {"a": [1, 2, 3, 4, 5, 6], "b": [10, 20, 30, 40]}
+    kw = dict(strategy="latin", budget=12, rounds=1, warmup=0, progress=False)
+    first = sweep(pair_build, space, seed=1, **kw)
+    picked = configs(first)
+    assert len(set(picked)) == 12
+    assert sorted(a for a, _ in picked) == sorted([1, 2, 3, 4, 5, 6] * 2)
+    assert sorted(b for _, b in picked) == sorted([10, 20, 30, 40] * 3)
+    assert picked == configs(sweep(pair_build, space, seed=1, **kw))
+    assert picked != configs(sweep(pair_build, space, seed=2, **kw))
+
+
+def test_latin_strategy_respects_the_constraints() -> None:
+    space = {"a": [1, 2, 3, 4], "b": [1, 2, 3, 4]}
+    result = sweep(pair_build, space, constraints=["a != b"], strategy="latin", budget=8,
+                   rounds=1, warmup=0, progress=False)
+    picked = configs(result)
+    assert len(set(picked)) == 8 and all(a != b for a, b in picked)
+    assert {a for a, _ in picked} == {1, 2, 3, 4} and {b for _, b in picked} == {1, 2, 3, 4}
+
+
 def test_exhaustive_with_budget_takes_the_space_in_order() -> None:
     result = sweep(pair_build, GRID, budget=3, rounds=1, warmup=0, progress=False)
     assert configs(result) == [(0, 0), (0, 1), (0, 2)]

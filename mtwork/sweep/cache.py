@@ -82,24 +82,32 @@ def _identity_parts(obj: Any, seen: set[int], depth: int) -> Iterator[str]:
             yield repr(k)
             yield from _identity_parts(v, seen, depth + 1)
     elif isinstance(obj, types.FunctionType):
-        yield f"{obj.__module__}.{obj.__qualname__}"
-        try:
-            yield inspect.getsource(obj)
-        except (OSError, TypeError):
-            yield obj.__code__.co_code.hex()
-        for name in _global_names(obj.__code__):
-            if name in obj.__globals__:
-                value = obj.__globals__[name]
-                if not isinstance(value, types.ModuleType):
-                    yield name
-                    yield from _identity_parts(value, seen, depth + 1)
-        for cell in obj.__closure__ or ():
-            try:
-                yield from _identity_parts(cell.cell_contents, seen, depth + 1)
-            except ValueError:  # an empty cell
-                continue
+        yield from _function_parts(obj, seen, depth)
     elif callable(obj):
         yield f"{type(obj).__module__}.{type(obj).__qualname__}"
+
+
+def _function_parts(fn: types.FunctionType, seen: set[int], depth: int) -> Iterator[str]:
+    """A function's name and source, and what its globals and closure cells hold."""
+    yield f"{fn.__module__}.{fn.__qualname__}"
+    try:
+        yield inspect.getsource(fn)
+    except (OSError, TypeError):
+        yield fn.__code__.co_code.hex()
+    for name in _global_names(fn.__code__):
+        value = fn.__globals__.get(name, _MISSING)
+        if value is not _MISSING and not isinstance(value, types.ModuleType):
+            yield name
+            yield from _identity_parts(value, seen, depth + 1)
+    for cell in fn.__closure__ or ():
+        try:
+            contents = cell.cell_contents
+        except ValueError:  # an empty cell
+            continue
+        yield from _identity_parts(contents, seen, depth + 1)
+
+
+_MISSING = object()
 
 
 def _global_names(code: types.CodeType) -> Iterator[str]:

@@ -40,7 +40,6 @@ from __future__ import annotations
 import itertools
 import json
 import os
-import random
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal
@@ -50,7 +49,7 @@ from ..run import Runner, outcome_of
 from ..timing import Measurement, clock_for
 from .cache import CacheFile, identity, inputs_signature, record_key
 from .results import TIME_OBJECTIVES, Record, SweepInterrupted, SweepResult
-from .space import Config, Constraint, check_space, constraint, unknown_message
+from .space import STRATEGIES, Config, Constraint, check_space, choose, constraint, unknown_message
 
 __all__ = ["sweep"]
 
@@ -65,7 +64,7 @@ def sweep(
     oracle: Any = None,
     diff_options: Mapping[str, Any] | None = None,
     constraints: Sequence[Constraint | str | Callable[[Config], Any]] = (),
-    strategy: Literal["exhaustive", "random"] = "exhaustive",
+    strategy: Literal["exhaustive", "random", "latin"] = "exhaustive",
     budget: int | None = None,
     time_budget: float | None = None,
     objective: str = "time",
@@ -88,9 +87,11 @@ def sweep(
     - `constraints`: predicates fn(config) -> bool, expression strings such as
       "tg % 32 == 0", or the ready-made `threadgroup_memory_under`,
       `threads_per_threadgroup_under` and `divides`.
-    - `strategy`: "exhaustive" (in the space's order) or "random" (shuffled with `seed`);
-      `budget` caps the configurations visited (cached ones count), `time_budget` the
-      seconds spent (no new configuration starts after it).
+    - `strategy`: "exhaustive" (in the space's order), "random" (shuffled with `seed`) or
+      "latin" (a Latin hypercube of `budget` settings, seeded: every value of every
+      parameter as evenly as the constraints allow); `budget` caps the configurations
+      visited (cached ones count), `time_budget` the seconds spent (no new configuration
+      starts after it).
     - `objective`: "time" (median; or "min", "p95", "mean") or a name in `metrics`, a dict
       of fn(config, measurement) -> float; `maximize=True` for metrics such as GB/s.
     - `cache`: a JSON-lines file to resume from and append to; `key` names the sweep's
@@ -102,73 +103,84 @@ def sweep(
     params = check_space(space)
     rules = [constraint(c) for c in constraints]
     _check_rule_names(rules, params)
-    if strategy not in ("exhaustive", "random"):
-        raise SweepError(f"strategy must be 'exhaustive' or 'random', not {strategy!r}")
-    if budget is not None and budget < 1:
-        raise SweepError(f"budget must be at least 1 configuration, got {budget}")
     metrics = dict(metrics or {})
-    if objective not in TIME_OBJECTIVES and objective not in metrics:
-        raise SweepError(
-            f"objective {objective!r} is neither a time ({', '.join(TIME_OBJECTIVES)}) nor "
-            f"one of the metrics ({', '.join(metrics) or 'none given'})"
-        )
+    _check_options(strategy, budget, objective, metrics)
     clock = clock_for(backend)
-
     every = [Config(dict(zip(params, values))) for values in itertools.product(*params.values())]
     candidates = [c for c in every if all(_passes(rule, c) for rule in rules)]
     if not candidates:
         raise SweepError(_empty_space_message(every, rules))
-    plan = list(candidates)
-    if strategy == "random":
-        random.Random(seed).shuffle(plan)
-    if budget is not None:
-        plan = plan[:budget]
-
+    plan = choose(candidates, params, strategy, budget, seed)
     sweep_identity = json.dumps([key if key is not None else identity(build, oracle),
-                           inputs_signature(inputs)])
-    cache_file = None if cache is None else CacheFile(cache)
+                                 inputs_signature(inputs)])
     runner = Runner(inputs=inputs, oracle=oracle, diff_options=diff_options,
                     backend=clock.backend, rounds=rounds, warmup=warmup)
     result = SweepResult([], tuple(params), clock, objective, maximize, len(candidates),
                          len(every), cache_path=None if cache is None else str(cache),
                          values={name: tuple(vs) for name, vs in params.items()})
 
+    def key_of(config: Config) -> str:
+        return record_key(sweep_identity, clock.backend, rounds, warmup, config)
+
+    def run_one(config: Config, key: str) -> Record:
+        return _run_one(build, runner, metrics, config, key)
+
     from tqdm.auto import tqdm
 
-    bar = tqdm(total=len(plan), desc="sweep", unit="config", disable=not progress)
+    with tqdm(total=len(plan), desc="sweep", unit="config", disable=not progress) as bar:
+        _visit(plan, key_of, run_one, None if cache is None else CacheFile(cache), result,
+               bar, time_budget)
+    if result.stopped == "complete" and len(plan) < len(candidates):
+        result.stopped = "budget"
+    return result
+
+
+def _check_options(strategy: str, budget: int | None, objective: str,
+                   metrics: Mapping[str, Any]) -> None:
+    if strategy not in STRATEGIES:
+        raise SweepError(f"strategy must be one of {', '.join(map(repr, STRATEGIES))}, "
+                         f"not {strategy!r}")
+    if budget is not None and budget < 1:
+        raise SweepError(f"budget must be at least 1 configuration, got {budget}")
+    if objective not in TIME_OBJECTIVES and objective not in metrics:
+        raise SweepError(
+            f"objective {objective!r} is neither a time ({', '.join(TIME_OBJECTIVES)}) nor "
+            f"one of the metrics ({', '.join(metrics) or 'none given'})"
+        )
+
+
+def _visit(plan: Sequence[Config], key_of: Callable[[Config], str],
+           run_one: Callable[[Config, str], Record], cache_file: CacheFile | None,
+           result: SweepResult, bar: Any, time_budget: float | None) -> None:
+    """Runs the planned configurations (or takes them from the cache) into `result`; a
+    Ctrl-C keeps what finished and raises `SweepInterrupted`."""
     started = time.perf_counter()
     try:
         for config in plan:
-            entry_key = record_key(sweep_identity, clock.backend, rounds, warmup, config)
-            if cache_file is not None and entry_key in cache_file.entries:
-                record = Record.from_dict(cache_file.entries[entry_key], config)
+            key = key_of(config)
+            if cache_file is not None and key in cache_file.entries:
+                record = Record.from_dict(cache_file.entries[key], config)
             else:
                 if time_budget is not None and time.perf_counter() - started >= time_budget:
                     result.stopped = "time budget"
-                    break
+                    return
                 bar.set_description(f"sweep {config}")
-                record = _run_one(build, runner, metrics, config, entry_key)
+                record = run_one(config, key)
                 if cache_file is not None:
                     cache_file.append(record)
             result.records.append(record)
             bar.update()
             bar.set_postfix_str(_progress_text(result), refresh=False)
-        else:
-            if len(plan) < len(candidates):
-                result.stopped = "budget"
+        bar.set_description("sweep")
     except KeyboardInterrupt as exc:
         result.stopped = "interrupted"
-        bar.close()
-        where = (f"; they are in {cache}, and the same call resumes from there"
-                 if cache is not None else "")
+        where = (f"; they are in {cache_file.path}, and the same call resumes from there"
+                 if cache_file is not None else "")
         raise SweepInterrupted(
             f"sweep interrupted after {len(result.records)} of {len(plan)} configurations: "
             f"the finished ones are in the exception's .result{where}",
             result,
         ) from exc
-    bar.set_description("sweep")
-    bar.close()
-    return result
 
 
 def _progress_text(result: SweepResult) -> str:

@@ -6,6 +6,7 @@ import ast
 import difflib
 import json
 import math
+import random
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -17,9 +18,24 @@ from ..display import callable_name, value_text
 from ..errors import SweepError, UnknownParameterError
 from ..limits import MAX_THREADS_PER_THREADGROUP, THREADGROUP_MEMORY_BYTES
 
-__all__ = ["Config", "Constraint", "Expression", "Formula", "canonical", "check_space",
-           "constraint", "divides", "as_formula", "jsonable", "threadgroup_memory_under",
-           "threads_per_threadgroup_under", "unknown_message"]
+__all__ = [
+    "STRATEGIES",
+    "Config",
+    "Constraint",
+    "Expression",
+    "Formula",
+    "as_formula",
+    "canonical",
+    "check_space",
+    "choose",
+    "constraint",
+    "divides",
+    "jsonable",
+    "latin_hypercube",
+    "threadgroup_memory_under",
+    "threads_per_threadgroup_under",
+    "unknown_message",
+]
 
 
 
@@ -244,3 +260,46 @@ def product(shape: Any) -> int:
     if isinstance(shape, (tuple, list)):
         return math.prod(int(s) for s in shape)
     return int(shape)
+
+
+# --- which configurations to visit -------------------------------------------------------
+
+STRATEGIES = ("exhaustive", "random", "latin")
+
+
+def choose(candidates: Sequence[Config], params: Mapping[str, Sequence[Any]], strategy: str,
+           budget: int | None, seed: int) -> list[Config]:
+    """The configurations to visit, in order: all (or the first `budget`) in the space's
+    order, a seeded shuffle, or a seeded Latin hypercube of `budget` of them."""
+    plan = list(candidates)
+    if strategy == "random":
+        random.Random(seed).shuffle(plan)
+    elif strategy == "latin":
+        return latin_hypercube(plan, params, budget or len(plan), seed)
+    return plan if budget is None else plan[:budget]
+
+
+def latin_hypercube(candidates: Sequence[Config], params: Mapping[str, Sequence[Any]],
+                    n: int, seed: int) -> list[Config]:
+    """`n` distinct candidates that spread over every parameter's values evenly: each
+    parameter's values are dealt round-robin into `n` slots and shuffled (a Latin
+    hypercube on the grid), and each slot takes the unvisited candidate that agrees with
+    it on the most parameters (ties broken by the seeded generator), so constraints and
+    small spaces are respected."""
+    rng = random.Random(seed)
+    n = min(n, len(candidates))
+    columns = {}
+    for name, values in params.items():
+        column = [values[k % len(values)] for k in range(n)]
+        rng.shuffle(column)
+        columns[name] = column
+    left = list(candidates)
+    chosen = []
+    for slot in range(n):
+        def agreement(c: Config, slot: int = slot) -> tuple[int, float]:
+            return (sum(c[name] == columns[name][slot] for name in params), rng.random())
+
+        best = max(left, key=agreement)
+        left.remove(best)
+        chosen.append(best)
+    return chosen
