@@ -56,11 +56,13 @@ def flash_attention(simdgroups: int, seq: int = 1536, heads: int = 24) -> Counte
     k_frag_loads = 16 * 4 * simdgroups  # per tile: shared by a SIMD-group's strips
     v_frag_loads = 4 * 16 * simdgroups
     p_loads = s_stores = 4 * mfrags * simdgroups
-    diag = simdgroups * mfrags  # 8x8 diagonal tiles per tile
-    matrix_loads = k_frag_loads + v_frag_loads + p_loads + s_stores + diag
+    diag = simdgroups * mfrags  # 8x8 diagonal tiles (row stride 8: no conflict)
+    strided = k_frag_loads + v_frag_loads + p_loads + s_stores  # 8 wavefronts each
     softmax = 2 * (2 * 32 + 32)  # two SIMD-groups: two reads and one write per key
-    accesses = 2 * matrix_loads + 16 + 256 + softmax + 10
-    conflicts = 6 * matrix_loads + 31 * softmax
+    # 2 wavefronts per 8x8 tile, diag written and read, K and V staged (128 each),
+    # softmax, ~10 for the running max/sum/correction rows.
+    accesses = 2 * (strided + 2 * diag) + 256 + softmax + 10
+    conflicts = 6 * strided + 31 * softmax
     mmas = (16 * 4 + 4 * 16 + 16) * mfrags * simdgroups  # S, O += P·V, diag rescale
     tensor = heads * seq * 128 * 4
     return Counters(
@@ -89,8 +91,8 @@ def gated_delta(packed: bool, batch: int = 1, steps: int = 2048, hv: int = 32) -
     Unpacked: a SIMD-group per value row, 4 state elements per lane; per step it loads q
     and k (one 512-byte access each, 4 lines), v, g, beta (broadcasts), runs ~18 FP32 and
     ~4 integer ops per lane and two simd_sum. Packed: 8 rows per SIMD-group, 4 lanes per
-    row, 32 elements per lane: q and k as 8 float4 accesses each (4 lines: the 8 row
-    groups read the same 512 bytes), ~130 FP32 ops per lane, the sums as in-lane trees
+    row, 32 elements per lane: q and k as 8 float4 accesses each (the 8 row groups read
+    the same 4 × 16 bytes, spread over 4 lines), ~130 FP32 ops per lane, the sums as in-lane trees
     and 4 simd_shuffle_xor per step. Registers ~24 unpacked, ~100 packed (estimates).
     """
     heads = batch * hv
@@ -99,14 +101,15 @@ def gated_delta(packed: bool, batch: int = 1, steps: int = 2048, hv: int = 32) -
     simd_steps = simds * steps
     per_tg = 2 if packed else 4
     qk_accesses = 8 if packed else 1
+    qk_bytes = 64 if packed else 512  # packed: 4 distinct 16-byte pieces per access
     tensor_qk = batch * steps * 16 * 128 * 4  # Hk = 16 key heads
     return Counters(
         "gated_delta_seq", threadgroups=simds // per_tg, threads_per_threadgroup=32 * per_tg,
         registers=100 if packed else 24,
         buffers=(traffic("q", accesses=qk_accesses * simd_steps, lines_per_access=4,
-                         bytes_per_access=512, distinct_bytes=tensor_qk),
+                         bytes_per_access=qk_bytes, distinct_bytes=tensor_qk),
                  traffic("k", accesses=qk_accesses * simd_steps, lines_per_access=4,
-                         bytes_per_access=512, distinct_bytes=tensor_qk),
+                         bytes_per_access=qk_bytes, distinct_bytes=tensor_qk),
                  traffic("v_g_beta", accesses=3 * simd_steps, lines_per_access=1,
                          bytes_per_access=4 * rows_per_simd,
                          distinct_bytes=batch * steps * hv * 130 * 4),

@@ -3,7 +3,8 @@
 An instrumented emulator fills a `Counters`; the units are chosen so it can count them
 while running the kernel, without knowing the chip:
 
-* **Device memory**, per buffer: bytes requested by the active lanes; SIMD-group access
+* **Device memory**, per buffer: bytes requested, i.e. for each SIMD-group access the
+  bytes its active lanes touch (a word several lanes read counts once); SIMD-group access
   instructions; transactions, i.e. for each SIMD-group access the number of distinct
   `line_bytes`-sized lines its active lanes touch, summed (so `requested / moved` is the
   coalescing efficiency); and the distinct lines touched over the whole dispatch (what
@@ -27,8 +28,9 @@ from __future__ import annotations
 
 import html
 import math
+from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass, field, fields, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from . import render
 
@@ -76,7 +78,7 @@ class BufferTraffic:
     """Device-memory traffic of one buffer."""
 
     buffer: str
-    load_bytes: int = 0
+    load_bytes: int = 0  # per access, the bytes its active lanes touch (each byte once)
     store_bytes: int = 0
     loads: int = 0  # SIMD-group load instructions
     stores: int = 0  # SIMD-group store instructions
@@ -137,9 +139,10 @@ class Counters:
             if getattr(self, name) < 1:
                 raise ValueError(f"Counters({name}=...) must be at least 1, "
                                  f"got {getattr(self, name)}")
-        if self.active_lanes > SIMD_WIDTH * self.simd_issues and self.simd_issues:
-            raise ValueError(f"Counters: active_lanes={self.active_lanes} exceeds 32 lanes × "
-                             f"simd_issues={self.simd_issues}")
+        if not self.simd_issues <= self.active_lanes <= SIMD_WIDTH * self.simd_issues:
+            raise ValueError(f"Counters: active_lanes={self.active_lanes} must lie between "
+                             f"simd_issues={self.simd_issues} (one lane per issue) and 32 × "
+                             "simd_issues")
         for b in self.buffers:
             if b.distinct_lines > b.transactions:
                 raise ValueError(f"buffer `{b.buffer}`: distinct_lines={b.distinct_lines} > "
@@ -312,11 +315,15 @@ class Counters:
         return lines_figure(self)
 
 
+Flat = TypeVar("Flat", "LaneOps", "SimdOps")
+Built = TypeVar("Built")
+
+
 def _ratio(a: float, b: float) -> float:
     return a / b if b else 1.0
 
 
-def _counts(c: Counters):
+def _counts(c: Counters) -> Iterator[tuple[str, str, object]]:
     for f in fields(Counters):
         if f.type == "int":
             yield "Counters", f.name, getattr(c, f.name)
@@ -333,7 +340,7 @@ def _check_count(owner: str, name: str, value: object) -> None:
         raise ValueError(f"{owner}({name}=...) must be >= 0, got {value}")
 
 
-def _unique_sorted(items, cls: type, name: str, key: str) -> tuple:
+def _unique_sorted(items: Iterable[Any], cls: type, name: str, key: str) -> tuple:
     items = tuple(items)
     for item in items:
         if not isinstance(item, cls):
@@ -345,7 +352,7 @@ def _unique_sorted(items, cls: type, name: str, key: str) -> tuple:
     return tuple(sorted(items, key=lambda i: getattr(i, key)))
 
 
-def _add_flat(a, b):
+def _add_flat(a: Flat, b: Flat) -> Flat:
     return type(a)(**{f.name: getattr(a, f.name) + getattr(b, f.name) for f in fields(a)})
 
 
@@ -362,7 +369,7 @@ def _merge(a: tuple, b: tuple, key: str) -> tuple:
     return tuple(merged.values())
 
 
-def _check_keys(cls, data: object, where: str) -> None:
+def _check_keys(cls: type, data: object, where: str) -> None:
     if not isinstance(data, dict):
         raise TypeError(f"{where}: expected a dict, got {type(data).__name__}")
     known = [f.name for f in fields(cls)]
@@ -371,6 +378,6 @@ def _check_keys(cls, data: object, where: str) -> None:
             raise ValueError(f"{where}: unknown key {key!r}; known keys: {', '.join(known)}")
 
 
-def _build(cls, data: object, where: str):
+def _build(cls: type[Built], data: object, where: str) -> Built:
     _check_keys(cls, data, where)
     return cls(**data)

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import fields
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from .counters import Counters, LaneOps, SimdOps
 
@@ -78,7 +78,7 @@ def estimates_figure(estimates: Sequence[Estimate] | Mapping[str, Estimate]) -> 
     return fig
 
 
-def _named(items, label) -> dict:
+def _named(items: Sequence[Any] | Mapping[str, Any], label: Callable[[Any], str]) -> dict:
     if isinstance(items, Mapping):
         named = dict(items)
     else:
