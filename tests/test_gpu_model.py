@@ -334,6 +334,32 @@ def test_strided_stores_are_slower_than_coalesced_ones() -> None:
     assert strided.limiting_term == "memory (transactions)"
 
 
+def transpose(tiled: bool, n: int = 4096) -> Counters:
+    """An n × n float transpose, one element per thread. Naive: reads coalesced, writes
+    strided (each SIMD-group store touches 32 lines). Tiled: 32 × 32 tiles staged through
+    padded threadgroup memory (one wavefront per access, no conflicts), one barrier."""
+    accesses, lines = n * n // 32, n * n * 4 // 128
+    elements = n * n
+    return Counters(
+        "transpose", threadgroups=elements // (1024 if tiled else 256),
+        threads_per_threadgroup=256, threadgroup_memory=32 * 33 * 4 if tiled else 0,
+        buffers=[BufferTraffic("inp", load_bytes=4 * elements, loads=accesses,
+                               transactions=accesses, distinct_lines=lines),
+                 BufferTraffic("out", store_bytes=4 * elements, stores=accesses,
+                               transactions=accesses * (1 if tiled else 32),
+                               distinct_lines=lines)],
+        threadgroup_accesses=2 * accesses if tiled else 0,
+        threadgroup_barriers=elements // 1024 if tiled else 0,
+        ops=LaneOps(integer=(8 if tiled else 4) * elements))
+
+
+def test_a_tiled_transpose_beats_the_naive_one_on_every_chip() -> None:
+    for chip in chips():
+        naive, tiled = estimate(transpose(False), chip), estimate(transpose(True), chip)
+        assert tiled.seconds < naive.seconds, chip.label
+        assert naive.limiting_term == "memory (transactions)"
+
+
 def test_more_loads_in_flight_never_add_latency() -> None:
     c = claims.gated_delta(True)
     low = estimate(c, "M5 Max", Assumptions(loads_in_flight=1)).term("latency").seconds

@@ -76,7 +76,6 @@ _ALWAYS_ESTIMATED = {"threadgroup_memory_per_core", "register_file_per_core",
                      "threadgroup_banks", "bank_bytes", "bf16_arithmetic"}
 _MEASURED_ON_M1_ONLY = {"memory_latency_ns", "l2_latency_ns"}
 
-MB_TABLE = "metal-benchmarks GPU table"
 
 
 def _micro(family: str, chip_name: str) -> dict[str, tuple[object, Source]]:
