@@ -77,7 +77,6 @@ _ALWAYS_ESTIMATED = {"threadgroup_memory_per_core", "register_file_per_core",
 _MEASURED_ON_M1_ONLY = {"memory_latency_ns", "l2_latency_ns"}
 
 
-
 def _micro(family: str, chip_name: str) -> dict[str, tuple[object, Source]]:
     measured_here = family in ("Apple7", "Apple8")
     out = {}
@@ -119,7 +118,8 @@ _L2_UNKNOWN = (None, Source(MB, "L2 size not published for this chip"))
 
 
 def _cache(size: int, column: str, row: str, estimate: bool = False) -> tuple[int, Source]:
-    return size, Source(MB, f"GPU table, {row}: {column} {size // KIB} KB", estimate)
+    shown = f"{size // MIB} MB" if size % MIB == 0 else f"{size // KIB} KB"
+    return size, Source(MB, f"GPU table, {row}: {column} {shown}", estimate)
 
 
 def _slc_like(size: int, tier: str) -> tuple[int, Source]:
