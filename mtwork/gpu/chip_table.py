@@ -133,31 +133,31 @@ M5_FAMILY = Source("Apple developer documentation, MTLGPUFamily", "apple10 is th
                    "after apple9 (A17, M3, M4); M5 assumed to be apple10", True)
 
 
-def _apple(title: str, says: str, read_at: str = "") -> Source:
-    seen = f" (as reported by {read_at})" if read_at else ""
-    return Source(f"Apple Newsroom, '{title}'{seen}", says)
+def _apple(release: str, says: str, read_at: str = "") -> Source:
+    seen = f", as reported by {read_at}" if read_at else ""
+    return Source(f"Apple Newsroom press release on {release}{seen}", says)
 
 
 ARS_M4 = "Ars Technica's M4 comparison tables, goodnewsapodcast.com copy"
 ARS_M3U = "Ars Technica's M3 Ultra table, inforeader.com copy"
 LOWYAT = "lowyat.net/2026/385170, citing Apple's press release"
 
-M1_PR = "Apple unleashes M1 (2020-11-10)"
-M1_PRO_MAX = "Introducing M1 Pro and M1 Max (2021-10-18)"
-M1_ULTRA = "Apple unveils M1 Ultra (2022-03-08)"
-M2_PR = "Apple unveils M2 (2022-06-06)"
-M2_PRO_MAX = "Apple unveils M2 Pro and M2 Max (2023-01-17)"
-M2_ULTRA = "Apple introduces M2 Ultra (2023-06-05)"
-M3_PR = "Apple unveils M3, M3 Pro, and M3 Max (2023-10-30)"
-M3_ULTRA = "Apple reveals M3 Ultra (2025-03-05)"
-M4_PR = "Apple introduces M4 chip (2024-05-07)"
-M4_PRO_MAX = "Apple introduces M4 Pro and M4 Max (2024-10-30)"
-M5_PR = "Apple unleashes M5 (2025-10-15)"
-M5_PRO_MAX = "Apple debuts M5 Pro and M5 Max (2026-03-03)"
+M1_PR = "M1 (2020-11-10)"
+M1_PRO_MAX = "M1 Pro and M1 Max (2021-10-18)"
+M1_ULTRA = "M1 Ultra (2022-03-08)"
+M2_PR = "M2 (2022-06-06)"
+M2_PRO_MAX = "M2 Pro and M2 Max (2023-01-17)"
+M2_ULTRA = "M2 Ultra (2023-06-05)"
+M3_PR = "M3, M3 Pro and M3 Max (2023-10-30)"
+M3_ULTRA = "M3 Ultra (2025-03-05)"
+M4_PR = "M4 (2024-05-07)"
+M4_PRO_MAX = "M4 Pro and M4 Max (2024-10-30)"
+M5_PR = "M5 (2025-10-15)"
+M5_PRO_MAX = "M5 Pro and M5 Max (2026-03-03)"
 
 M1_BANDWIDTH = (68.25, Source(
-    "LPDDR4X-4266 on a 128-bit bus; Apple states no M1 bandwidth (its M2 press release calls "
-    "M2's 100GB/s '50 percent more than M1')", "68.25 GB/s", True))
+    "LPDDR4X-4266 on a 128-bit bus; Apple states no M1 bandwidth (its M2 press release puts "
+    "M2's 100GB/s at 50 percent more than M1)", "68.25 GB/s", True))
 
 
 def _variants(name: str, family: str, clock: tuple[float, Source],
