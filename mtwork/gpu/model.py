@@ -1,0 +1,274 @@
+"""Modelled time of a dispatch on an Apple GPU, from its `Counters` and a `Chip`.
+
+A roofline with occupancy. Each term is the time one resource needs for the dispatch's
+work; the slowest names the bound, and the total is that plus the launch overhead:
+
+* memory (DRAM): distinct bytes / bandwidth. A line reaches DRAM once; touching it again
+  is assumed to hit a cache (the reuse estimate: optimistic for a kernel that sweeps more
+  than the system level cache holds twice).
+* memory (transactions): line-size transactions through a core's L1 (64 B per core-cycle),
+  so uncoalesced access costs even when the lines are cached.
+* ALU: SIMD-group instructions × issue cycles per class (metal-benchmarks) on 4 schedulers
+  per core. matrix: 8x8x8 `simdgroup_matrix` multiply-accumulates at the measured FFMA
+  rate. Both run on the same FP32 pipelines, so they add.
+* threadgroup memory: wavefronts (bank conflicts serialise as extra ones) at one per
+  core-cycle.
+* latency: each SIMD-group waits for its device loads, `loads_in_flight` at a time, at
+  DRAM latency for first touches and L2 latency for the rest, hidden only by the other
+  SIMD-groups resident on the core; plus the exposed latency of threadgroup barriers.
+* launch: a fixed cost per dispatch.
+
+Occupancy (threadgroups resident per core) is limited by threads, threadgroup memory and
+registers per core; ALU and matrix issue slow down below 24 resident SIMD-groups (a SIMD-
+group issues a dependent instruction every ~6 cycles). Per-core terms use the busiest
+core's share of the threadgroups, so a partial last wave counts.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field, fields
+from typing import TYPE_CHECKING, Any
+
+from . import render
+from .chips import Chip, default_gpu, gpu
+from .counters import SIMD_WIDTH, Counters
+
+if TYPE_CHECKING:
+    import plotly.graph_objects as go
+
+BOUNDS = ("memory", "ALU", "matrix", "threadgroup memory", "latency", "launch")
+
+# Issue cycles of one SIMD-group instruction on one scheduler: metal-benchmarks
+# "Instruction Throughputs" (second figure = M1 Max), except where marked.
+LANE_OP_CYCLES: dict[str, float] = {
+    "f32": 1.0,  # FADD32, FMUL32, FFMA32: "2, 1"
+    "f16": 1.0,  # FADD16, FMUL16, FFMA16: "1, 1"
+    "bf16": 2.0,  # assumption: an FP32 op plus a conversion (bfloat is emulated)
+    "integer": 1.0,  # IADD32 "1, 1"; BITWISE32 1.06; ICMPSEL32 "1, 1"
+    "integer_mul": 4.0,  # IMUL32, IMAD32 "4, 4"; LSHIFT32 4.01
+    "exp_log": 4.0,  # EXP2_32, LOG2_32 4.00; EXPE_32, LOGE_32 4.00
+    "recip_div": 6.0,  # RECIP32 6; DIV32 6.01
+    "sqrt_rsqrt": 8.0,  # RSQRT32 "8, 8"; SQRT32 8
+    "trig": 14.28,  # SIN32, COS32 14.28
+    "convert": 4.0,  # CONVERT(F->I32) 4; RINT32 4
+    "convert_float": 1.0,  # assumption: 16-bit operands cost "zero additional cost"; a move
+}
+SIMD_OP_CYCLES = {"shuffles": 2.04, "reductions": 14.54}  # BROADCAST32 2.04; SUM<F32> 14.54
+FFMA_PER_MMA = 8 * 8 * 8
+# metal-benchmarks: "ALU utilization maxes out at 24 simds/core"; its FFMA32 table gives
+# 11.34 cycles per instruction at 4 SIMD-groups, 5.71 at 8 and 1.99 at 88 (ILP 1).
+SIMDGROUPS_FOR_FULL_ISSUE = 24
+
+
+@dataclass(frozen=True)
+class Assumptions:
+    """Constants no public measurement pins down. Vary them to see what depends on them."""
+
+    loads_in_flight: int = 4  # device loads a SIMD-group issues before it waits on one
+    barrier_cycles: float = 32.0  # exposed cost of one threadgroup barrier
+    wavefronts_per_core_cycle: float = 1.0  # threadgroup memory: 32 banks × 4 B per cycle
+    # ferrox (github.com/antonellof/ferrox) issue #149: an extra tiny dispatch cost 5.16 µs
+    # of GPU time on an M2 Pro; an upper bound, as it includes that kernel's own work.
+    launch_seconds: float = 5e-6
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            if not getattr(self, f.name) > 0:
+                raise ValueError(f"Assumptions({f.name}=...) must be > 0, "
+                                 f"got {getattr(self, f.name)!r}")
+
+
+@dataclass(frozen=True)
+class Term:
+    name: str
+    seconds: float
+    detail: str
+
+
+@dataclass(frozen=True)
+class Occupancy:
+    threadgroups_per_core: int
+    simdgroups_per_core: int
+    limited_by: str  # "threads", "threadgroup memory", "registers" or "grid"
+    issue_efficiency: float  # min(1, SIMD-groups per core / 24)
+    simd_efficiency: float  # active lanes / 32
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """The modelled time of a dispatch: total, every term, and the bound."""
+
+    kernel: str
+    chip: str
+    seconds: float
+    bound: str
+    limiting_term: str  # the term that set the time, e.g. "memory (transactions)"
+    terms: tuple[Term, ...]
+    occupancy: Occupancy
+    assumptions: Assumptions = field(default_factory=Assumptions)
+
+    def term(self, name: str) -> Term:
+        for t in self.terms:
+            if t.name == name:
+                return t
+        raise KeyError(f"no term {name!r}; terms: {', '.join(t.name for t in self.terms)}")
+
+    def summary(self) -> str:
+        return (f"`{self.kernel}` on {self.chip}: {render.seconds(self.seconds)} modelled, "
+                f"{self.bound}-bound (limited by {self.limiting_term})")
+
+    def _occupancy_text(self) -> str:
+        o = self.occupancy
+        return (f"occupancy: {o.threadgroups_per_core} threadgroup(s), "
+                f"{o.simdgroups_per_core} SIMD-groups per core, limited by {o.limited_by}; "
+                f"issue efficiency {render.percent(o.issue_efficiency)}, "
+                f"SIMD efficiency {render.percent(o.simd_efficiency)}")
+
+    def _rows(self) -> list[list[str]]:
+        return [[t.name, render.seconds(t.seconds), t.detail] for t in self.terms]
+
+    def __str__(self) -> str:
+        return "\n".join([f"Estimate {self.summary()}",
+                          *render.text_table(["term", "time", "from"], self._rows(), left=(0, 2)),
+                          "  " + self._occupancy_text(),
+                          "  ALU and matrix share the FP32 pipelines: they add."])
+
+    def _repr_html_(self) -> str:
+        return render.html_table(f"Estimate {self.summary()}", ["term", "time", "from"],
+                                 self._rows(), self._occupancy_text()
+                                 + "; ALU and matrix share the FP32 pipelines: they add.")
+
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["terms"] = list(out["terms"])
+        return out
+
+    def plot(self) -> go.Figure:
+        from .figures import estimates_figure
+
+        return estimates_figure([self])
+
+
+def estimate(counters: Counters, chip: Chip | str | None = None,
+             assumptions: Assumptions | None = None) -> Estimate:
+    """The modelled time of `counters` on `chip` (a `Chip`, a name for `gpu()`, or None
+    for `default_gpu()`)."""
+    if not isinstance(counters, Counters):
+        raise TypeError(f"estimate(counters=...) takes a Counters, got {counters!r}")
+    chip = default_gpu() if chip is None else gpu(chip) if isinstance(chip, str) else chip
+    if not isinstance(chip, Chip):
+        raise TypeError(f"estimate(chip=...) takes a Chip, a name or None, got {chip!r}")
+    a = assumptions or Assumptions()
+    occ = occupancy(counters, chip)
+    hz = chip.clock_ghz * 1e9
+    per_dispatch = math.ceil(counters.threadgroups / counters.dispatches)
+    share = math.ceil(per_dispatch / chip.gpu_cores) / per_dispatch  # busiest core's share
+    eff = occ.issue_efficiency
+
+    alu_cycles = sum(getattr(counters.ops, name) * cycles
+                     for name, cycles in LANE_OP_CYCLES.items()) / (
+        SIMD_WIDTH * occ.simd_efficiency)
+    alu_cycles += sum(getattr(counters.simd, n) * c for n, c in SIMD_OP_CYCLES.items())
+    alu = alu_cycles * share / (chip.schedulers_per_core * hz * eff)
+    s = counters.simd
+    mma_ffma = FFMA_PER_MMA * (s.mma_f32 / chip.matrix_ffma_per_core_cycle_f32
+                               + (s.mma_f16 + s.mma_bf16) / chip.matrix_ffma_per_core_cycle_f16)
+    matrix = mma_ffma * share / (hz * eff)
+
+    dram_bytes = counters.distinct_bytes
+    dram = dram_bytes / (chip.memory_bandwidth_gbs * 1e9)
+    l1_bytes = counters.moved_bytes + counters.device_atomics * counters.line_bytes
+    transactions = l1_bytes * share / (chip.l1_bytes_per_core_cycle * hz)
+    wavefronts = (counters.threadgroup_accesses + counters.bank_conflicts
+                  + counters.threadgroup_atomics)
+    tg = wavefronts * share / (a.wavefronts_per_core_cycle * hz)
+
+    load_latency = _load_latency_ns(counters, chip) * 1e-9
+    memory_wait = (counters.device_loads * share / (occ.simdgroups_per_core * a.loads_in_flight)
+                   * load_latency)
+    barrier_wait = (counters.threadgroup_barriers * share / occ.threadgroups_per_core
+                    * a.barrier_cycles / hz)
+    launch = counters.dispatches * a.launch_seconds
+
+    terms = (
+        Term("memory (DRAM)", dram, f"{render.size(dram_bytes)} at "
+                                    f"{chip.memory_bandwidth_gbs:g} GB/s"),
+        Term("memory (transactions)", transactions,
+             f"{render.size(l1_bytes)} in {counters.line_bytes}-B lines, "
+             f"{chip.l1_bytes_per_core_cycle} B/cycle per core"),
+        Term("ALU", alu, f"{render.count(round(alu_cycles))} issue cycles"),
+        Term("matrix", matrix, f"{render.count(s.mma_f32 + s.mma_f16 + s.mma_bf16)} "
+                               "8x8x8 multiply-accumulates"),
+        Term("threadgroup memory", tg, f"{render.count(wavefronts)} wavefronts "
+                                       f"({render.count(counters.bank_conflicts)} from "
+                                       "bank conflicts)"),
+        Term("latency", memory_wait + barrier_wait,
+             f"loads {render.seconds(memory_wait)} ({render.seconds(load_latency)} each, "
+             f"{a.loads_in_flight} in flight per SIMD-group), barriers "
+             f"{render.seconds(barrier_wait)}"),
+        Term("launch", launch, f"{counters.dispatches} × {render.seconds(a.launch_seconds)}"),
+    )
+    # (bound, limiting term, time) of each resource; ALU and matrix add (same pipelines).
+    compute = ("matrix", "matrix") if matrix > alu else ("ALU", "ALU")
+    memory = ("memory", "memory (DRAM)" if dram >= transactions else "memory (transactions)")
+    body = [(*memory, max(dram, transactions)), (*compute, alu + matrix),
+            ("threadgroup memory", "threadgroup memory", tg),
+            ("latency", "latency", memory_wait + barrier_wait)]
+    bound, limit, slowest = max(body, key=lambda b: b[2])
+    if launch >= slowest:
+        bound, limit = "launch", "launch"
+    return Estimate(counters.kernel, chip.label, launch + slowest, bound, limit, terms, occ,
+                    a)
+
+
+def occupancy(counters: Counters, chip: Chip) -> Occupancy:
+    """Threadgroups and SIMD-groups resident per core, and what limits them."""
+    _check_fits(counters, chip)
+    simds = counters.simdgroups_per_threadgroup
+    lanes = simds * SIMD_WIDTH
+    limits = {"threads": chip.max_threads_per_core // lanes}
+    if counters.threadgroup_memory:
+        limits["threadgroup memory"] = (chip.threadgroup_memory_per_core
+                                        // counters.threadgroup_memory)
+    if counters.registers:
+        limits["registers"] = chip.register_file_per_core // (lanes * counters.registers * 4)
+    per_dispatch = math.ceil(counters.threadgroups / counters.dispatches)
+    limits["grid"] = math.ceil(per_dispatch / chip.gpu_cores)
+    limited_by = min(limits, key=lambda k: limits[k])
+    resident = limits[limited_by]
+    return Occupancy(resident, resident * simds, limited_by,
+                     min(1.0, resident * simds / SIMDGROUPS_FOR_FULL_ISSUE),
+                     counters.simd_efficiency)
+
+
+def _check_fits(c: Counters, chip: Chip) -> None:
+    """The dispatch must be one Metal could launch on `chip`."""
+    if c.threads_per_threadgroup > chip.max_threads_per_threadgroup:
+        raise ValueError(f"`{c.kernel}`: threads_per_threadgroup={c.threads_per_threadgroup} "
+                         f"exceeds {chip.max_threads_per_threadgroup} on {chip.label}")
+    if c.threadgroup_memory > chip.threadgroup_memory_per_threadgroup:
+        raise ValueError(f"`{c.kernel}`: threadgroup_memory={c.threadgroup_memory} bytes "
+                         f"exceeds {chip.threadgroup_memory_per_threadgroup} on {chip.label}")
+    if c.registers > chip.max_registers_per_thread:
+        raise ValueError(f"`{c.kernel}`: registers={c.registers} exceeds "
+                         f"{chip.max_registers_per_thread} 32-bit registers per thread")
+    need = c.simdgroups_per_threadgroup * SIMD_WIDTH * c.registers * 4
+    if need > chip.register_file_per_core:
+        raise ValueError(f"`{c.kernel}`: {c.threads_per_threadgroup} threads × "
+                         f"{c.registers} registers need {render.size(need)}, more than the "
+                         f"{render.size(chip.register_file_per_core)} register file of a "
+                         "core; Metal would lower maxTotalThreadsPerThreadgroup")
+    if c.line_bytes != chip.line_bytes:
+        raise ValueError(f"`{c.kernel}`: counted with {c.line_bytes}-byte lines, but "
+                         f"{chip.label} has {chip.line_bytes}-byte lines")
+
+
+def _load_latency_ns(c: Counters, chip: Chip) -> float:
+    """DRAM latency for first touches of a line, L2 latency for the rest."""
+    transactions = sum(b.transactions for b in c.buffers)
+    if not transactions:
+        return chip.memory_latency_ns
+    first = sum(b.distinct_lines for b in c.buffers) / transactions
+    return first * chip.memory_latency_ns + (1 - first) * chip.l2_latency_ns
+
