@@ -4,6 +4,7 @@
 Apple GPU through MLX, elsewhere on `sim`, a CPU emulator that runs the same MSL.
 """
 
+from . import gpu
 from .backends import backends, default_backend
 from .compare import Comparison, compare
 from .errors import (
@@ -68,6 +69,7 @@ __all__ = [
     "editor",
     "divides",
     "family_names",
+    "gpu",
     "load_family",
     "load_metal",
     "new_buffer",

@@ -15,7 +15,8 @@ from typing import Any
 
 import mlx.core as mx
 
-__all__ = ["TimeUnit", "callable_name", "html_table", "text_table", "value_text"]
+__all__ = ["TimeUnit", "bytes_text", "callable_name", "count_text", "html_table",
+           "percent_text", "seconds_text", "text_table", "value_text"]
 
 
 @dataclass(frozen=True)
@@ -43,6 +44,30 @@ class TimeUnit:
         return f"{seconds / self.scale:.4g} {self.name}"
 
 
+def seconds_text(seconds: float) -> str:
+    """A duration in the unit that gives 1-999: ns, µs, ms or s."""
+    return TimeUnit.for_seconds(abs(seconds)).format(seconds)
+
+
+def count_text(value: float) -> str:
+    """An integer count with thousands separators; fractional values to 3 significant."""
+    if float(value).is_integer():
+        return f"{int(value):,}"
+    return f"{value:,.3g}"
+
+
+def bytes_text(nbytes: float) -> str:
+    """Bytes in binary units: 512 B, 4.0 KiB, 128.0 MiB."""
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if abs(nbytes) >= scale:
+            return f"{nbytes / scale:.1f} {unit}"
+    return f"{int(nbytes)} B"
+
+
+def percent_text(fraction: float) -> str:
+    return f"{100 * fraction:.1f}%"
+
+
 def value_text(v: Any) -> str:
     """A parameter value as an author writes it: dtypes by name, strings unquoted."""
     if isinstance(v, mx.Dtype):
@@ -63,11 +88,17 @@ def callable_name(fn: Any) -> str:
     return " ".join(text[start:].split())[:80] if start >= 0 else name
 
 
-def text_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
-    """Lines of a plain-text table, columns left-aligned."""
+def text_table(header: Sequence[str], rows: Sequence[Sequence[str]], *, indent: str = "",
+               numeric: bool = False) -> list[str]:
+    """Lines of a plain-text table: columns left-aligned, or with `numeric` all but the
+    first right-aligned."""
     widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
-    fmt = "  ".join(f"{{:<{w}}}" for w in widths)
-    return [fmt.format(*header).rstrip()] + [fmt.format(*row).rstrip() for row in rows]
+    lines = []
+    for row in [header, *rows]:
+        cells = [str(c).rjust(w) if numeric and i else str(c).ljust(w)
+                 for i, (c, w) in enumerate(zip(row, widths))]
+        lines.append(indent + "  ".join(cells).rstrip())
+    return lines
 
 
 _CELL = "padding:2px 8px;text-align:left;border-bottom:1px solid #ddd"
@@ -83,18 +114,23 @@ def html_table(
     highlighted: Sequence[bool] = (),
     cell_styles: Sequence[Sequence[str]] = (),
     note: str = "",
+    numeric: bool = False,
 ) -> str:
     """A small HTML table: a bold `caption`, plain `lines` under it, the table (rows with
-    `highlighted` True on a yellow ground; `cell_styles` adds CSS per cell) and a `note`.
-    Everything is escaped."""
+    `highlighted` True on a yellow ground; `cell_styles` adds CSS per cell; with `numeric`
+    all but the first column right-aligned) and a `note`. Everything is escaped."""
     head = "".join(f'<th style="{_CELL}">{html.escape(h)}</th>' for h in header)
     body = []
     for r, cells in enumerate(rows):
         style = _CELL + (f";background:{_HIGHLIGHT}" if r < len(highlighted)
                          and highlighted[r] else "")
-        extra = cell_styles[r] if r < len(cell_styles) else ()
-        tds = [f'<td style="{style}{";" + extra[i] if i < len(extra) and extra[i] else ""}">'
-               f"{html.escape(c)}</td>" for i, c in enumerate(cells)]
+        extra = list(cell_styles[r]) if r < len(cell_styles) else []
+        extra += [""] * (len(cells) - len(extra))
+        if numeric:
+            extra = [e if i == 0 else ";".join(filter(None, [e, "text-align:right"]))
+                     for i, e in enumerate(extra)]
+        tds = [f'<td style="{style}{";" + extra[i] if extra[i] else ""}">'
+               f"{html.escape(str(c))}</td>" for i, c in enumerate(cells)]
         body.append("<tr>" + "".join(tds) + "</tr>")
     top = f'<div style="font-weight:bold;margin-bottom:4px">{html.escape(caption)}</div>' \
         if caption else ""

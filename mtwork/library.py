@@ -141,6 +141,16 @@ class Library:
         return Library(text, path=self.path, label=self.label, include_dirs=self.include_dirs,
                        prelude=self.prelude, math_mode=self.math_mode, backend=self.backend)
 
+    def kernel_like(self, kernel: Kernel) -> Kernel:
+        """`kernel` (a kernel of another version of this library) made from this one: the
+        same function, template arguments and function constants."""
+        signature = self.kernels.get(kernel.signature.name)
+        if signature is None:
+            raise KeyError(f"the library no longer defines kernel `{kernel.signature.name}`; "
+                           f"it defines: {', '.join(self.names()) or 'none'}")
+        return Kernel(self, signature, kernel.template_args, dict(kernel.constants),
+                      kernel.name)
+
     def names(self) -> list[str]:
         """Kernel functions, then host names of explicit instantiations."""
         return [*self.kernels, *self.host_names]

@@ -9,7 +9,7 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import mlx.core as mx
 import numpy as np
@@ -17,7 +17,7 @@ import numpy as np
 from .backends import compile as compile_program
 from .backends import run as run_program
 from .buffers import to_mx
-from .dispatch import Dispatch, FullSource, Param, Program, dims, geometry, options
+from .dispatch import Dispatch, FullSource, Param, Program, Sources, dims, geometry, options
 from .errors import ThreadgroupMemoryError
 from .limits import (
     MAX_BUFFER_INDEX,
@@ -26,16 +26,22 @@ from .limits import (
     THREADGROUP_MEMORY_BYTES,
 )
 from .msl.constants import function_constant_macros
-from .msl.signature import KernelParam, KernelSignature
+from .msl.signature import FunctionConstant, KernelParam, KernelSignature
 from .msl.templates import substitute
 from .msl.types import TypeInfo, type_info
 from .sanitizer import SanitizerError, SanitizerReport
 from .values import bind
 
-if TYPE_CHECKING:
-    from .library import Library
 
-__all__ = ["Kernel", "LibraryLaunch", "Outputs"]
+class LibraryParts(Protocol):
+    """What a kernel reads of the library it comes from (a `mtwork.library.Library`)."""
+
+    sources: Sources
+    math_mode: str
+    backend: str | None
+    function_constants: Mapping[str, FunctionConstant]
+
+__all__ = ["Kernel", "LibraryLaunch", "LibraryParts", "Outputs"]
 
 
 class Outputs(dict):
@@ -60,7 +66,7 @@ class Kernel:
     set. Call it to dispatch; `compile()` compiles it ahead of time. The report of its
     last sanitized call is `last_sanitizer_report`."""
 
-    def __init__(self, library: Library, signature: KernelSignature,
+    def __init__(self, library: LibraryParts, signature: KernelSignature,
                  template_args: tuple[str, ...], constants: dict[str, str | None], label: str):
         self.library = library
         self.signature = signature
@@ -302,17 +308,6 @@ class Kernel:
         compile_program(self.program, backend=backend or self.library.backend,
                          options=options(sanitize=sanitize))
         return self
-
-    def rebuilt(self, text: str) -> Kernel:
-        """This kernel (same template arguments and constants) from the library with its
-        main file's text replaced, e.g. by an editor's buffer."""
-        library = self.library.with_text(text)
-        signature = library.kernels.get(self.signature.name)
-        if signature is None:
-            raise KeyError(f"the edited text no longer defines kernel "
-                           f"`{self.signature.name}`; it defines: "
-                           f"{', '.join(library.names()) or 'none'}")
-        return Kernel(library, signature, self.template_args, dict(self.constants), self.name)
 
     def launch(self, **call: Any) -> LibraryLaunch:
         """One call of this kernel, kept to run later: the arguments `__call__` takes

@@ -71,6 +71,8 @@ class Target:
 
     def __init__(self, kernel: KernelSpec | MetalKernel | Kernel):
         self.kernel = kernel
+        # The library a full-source kernel's edits are read into (its own, as loaded).
+        self.library = kernel.library if isinstance(kernel, Kernel) else None
         self.name, self._texts, self.files, self.output_names = _parts_of(kernel)
         self._lock = threading.Lock()
 
@@ -141,7 +143,8 @@ class Target:
             if not isinstance(launch, LibraryLaunch):
                 raise TypeError(f"build(config) must return `kernel.launch(...)` of the "
                                 f"full-source kernel, got {type(launch).__name__}")
-            return launch.replace_kernel(launch.kernel.rebuilt(source))
+            return launch.replace_kernel(self.library.with_text(source).kernel_like(
+                launch.kernel))
         if not isinstance(launch, Launch):
             raise TypeError(f"build(config) must return an mtwork.Launch, got "
                             f"{type(launch).__name__}")

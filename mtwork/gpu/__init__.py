@@ -1,13 +1,17 @@
 """A model of Apple GPUs for kernels run on the emulator: a table of M-series chips, the
 counters of what a dispatch does to the GPU, and a modelled time per chip.
 
-    from mtwork.gpu import Counters, estimate, gpu
-    print(estimate(counters, gpu("M2 Max")))
+    import mtwork
+    print(mtwork.gpu.estimate(counters, mtwork.gpu("M2 Max")))
 
 See docs/gpu-model.md for the model, its sources and what it cannot see.
 """
 
-from .chips import Chip, Source, chip_names, chips, default_gpu, gpu
+import sys
+import types
+
+from .catalog import chip_names, chips, default_gpu, gpu
+from .chips import Chip, Source
 from .counters import BufferTraffic, Counters, LaneOps, SimdOps, SourceLine
 from .figures import counters_figure, estimates_figure, lines_figure
 from .model import Assumptions, Estimate, Occupancy, Term, estimate, occupancy
@@ -17,3 +21,14 @@ __all__ = [
     "SimdOps", "Source", "SourceLine", "Term", "chip_names", "chips", "counters_figure",
     "default_gpu", "estimate", "estimates_figure", "gpu", "lines_figure", "occupancy",
 ]
+
+
+class _CallableModule(types.ModuleType):
+    """`mtwork.gpu("M2 Max")` is `mtwork.gpu.gpu("M2 Max")`; the package's names stay
+    reachable (`mtwork.gpu.estimate`)."""
+
+    def __call__(self, name: str, cores: int | None = None) -> Chip:
+        return gpu(name, cores)
+
+
+sys.modules[__name__].__class__ = _CallableModule

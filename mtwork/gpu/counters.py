@@ -32,7 +32,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from . import render
+from ..display import bytes_text, count_text, html_table, percent_text, text_table
 
 if TYPE_CHECKING:
     import plotly.graph_objects as go
@@ -251,33 +251,33 @@ class Counters:
         return (f"`{self.kernel}`: {dispatches}, {self.threadgroups:,} "
                 f"threadgroups × {self.threads_per_threadgroup} threads "
                 f"({self.simdgroups_per_threadgroup} SIMD-groups), "
-                f"{render.size(self.threadgroup_memory)} threadgroup memory, {regs}")
+                f"{bytes_text(self.threadgroup_memory)} threadgroup memory, {regs}")
 
     def sections(self) -> list[tuple[str, list[str], list[list[str]]]]:
         """(title, header, rows) of each table, shared by the text and HTML views."""
-        buffer_rows = [[b.buffer, render.size(b.load_bytes), render.size(b.store_bytes),
-                        render.count(b.loads + b.stores), render.count(b.transactions),
-                        render.count(b.distinct_lines), render.count(b.atomics),
-                        render.percent(_ratio(b.load_bytes + b.store_bytes,
+        buffer_rows = [[b.buffer, bytes_text(b.load_bytes), bytes_text(b.store_bytes),
+                        count_text(b.loads + b.stores), count_text(b.transactions),
+                        count_text(b.distinct_lines), count_text(b.atomics),
+                        percent_text(_ratio(b.load_bytes + b.store_bytes,
                                               b.transactions * self.line_bytes))]
                        for b in self.buffers]
-        memory = (f"device memory: {render.size(self.requested_bytes)} requested, "
-                  f"{render.size(self.moved_bytes)} moved in {self.line_bytes}-byte lines "
-                  f"(coalescing {render.percent(self.coalescing)}), "
-                  f"{render.size(self.distinct_bytes)} distinct")
-        work = [[f.name, render.count(getattr(self.ops, f.name))] for f in fields(LaneOps)]
-        work += [[f"simd.{f.name}", render.count(getattr(self.simd, f.name))]
+        memory = (f"device memory: {bytes_text(self.requested_bytes)} requested, "
+                  f"{bytes_text(self.moved_bytes)} moved in {self.line_bytes}-byte lines "
+                  f"(coalescing {percent_text(self.coalescing)}), "
+                  f"{bytes_text(self.distinct_bytes)} distinct")
+        work = [[f.name, count_text(getattr(self.ops, f.name))] for f in fields(LaneOps)]
+        work += [[f"simd.{f.name}", count_text(getattr(self.simd, f.name))]
                  for f in fields(SimdOps)]
-        work += [["threadgroup barriers", render.count(self.threadgroup_barriers)]]
-        other = [["threadgroup accesses (wavefronts)", render.count(self.threadgroup_accesses)],
-                 ["bank conflicts (extra wavefronts)", render.count(self.bank_conflicts)],
-                 ["threadgroup atomics", render.count(self.threadgroup_atomics)],
-                 ["SIMD efficiency", render.percent(self.simd_efficiency)],
+        work += [["threadgroup barriers", count_text(self.threadgroup_barriers)]]
+        other = [["threadgroup accesses (wavefronts)", count_text(self.threadgroup_accesses)],
+                 ["bank conflicts (extra wavefronts)", count_text(self.bank_conflicts)],
+                 ["threadgroup atomics", count_text(self.threadgroup_atomics)],
+                 ["SIMD efficiency", percent_text(self.simd_efficiency)],
                  ["divergence sites", ", ".join(f"line {s.line} ({s.divergences}×)"
                                                 for s in self.divergence_sites) or "none"]]
-        lines = [[str(s.line), render.size(s.device_bytes), render.count(s.transactions),
-                  render.count(s.threadgroup_accesses), render.count(s.bank_conflicts),
-                  render.count(s.lane_ops), render.count(s.divergences)]
+        lines = [[str(s.line), bytes_text(s.device_bytes), count_text(s.transactions),
+                  count_text(s.threadgroup_accesses), count_text(s.bank_conflicts),
+                  count_text(s.lane_ops), count_text(s.divergences)]
                  for s in self.source_lines]
         return [
             (memory, ["buffer", "loaded", "stored", "accesses", "transactions",
@@ -293,12 +293,12 @@ class Counters:
         for title, header, rows in self.sections():
             out.append(title)
             if rows:
-                out += render.text_table(header, rows)
+                out += text_table(header, rows, indent="  ", numeric=True)
         return "\n".join(out)
 
     def _repr_html_(self) -> str:
         parts = [f"<div><div><b>Counters</b> {html.escape(self.summary())}</div>"]
-        parts += [render.html_table(title, header, rows)
+        parts += [html_table(caption=title, header=header, rows=rows, numeric=True)
                   for title, header, rows in self.sections() if rows]
         return "".join(parts) + "</div>"
 

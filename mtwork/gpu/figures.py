@@ -1,4 +1,7 @@
-"""Plotly figures of counters (per kernel, per source line) and of modelled times."""
+"""Plotly figures of counters (per kernel, per source line) and of modelled times.
+
+The functions read what they draw off the objects they are given (`Counters`,
+`Estimate`), so the data types need not know plotly."""
 
 from __future__ import annotations
 
@@ -6,15 +9,11 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import fields
 from typing import TYPE_CHECKING, Any
 
-from .counters import Counters, LaneOps, SimdOps
-
 if TYPE_CHECKING:
     import plotly.graph_objects as go
 
-    from .model import Estimate
 
-
-def counters_figure(counters: Sequence[Counters] | Mapping[str, Counters]) -> go.Figure:
+def counters_figure(counters: Sequence[Any] | Mapping[str, Any]) -> go.Figure:
     """Per kernel: device bytes (requested, moved, distinct), thread-level operations by
     class, and SIMD-group operations."""
     from plotly.subplots import make_subplots
@@ -27,11 +26,12 @@ def counters_figure(counters: Sequence[Counters] | Mapping[str, Counters]) -> go
                         ("distinct", "distinct_bytes")):
         fig.add_bar(x=names, y=[getattr(c, attr) for c in named.values()], name=label,
                     legendgroup="bytes", row=1, col=1)
-    for f in fields(LaneOps):
+    first = next(iter(named.values()))
+    for f in fields(first.ops):
         values = [getattr(c.ops, f.name) for c in named.values()]
         if any(values):
             fig.add_bar(x=names, y=values, name=f.name, legendgroup="ops", row=1, col=2)
-    for f in fields(SimdOps):
+    for f in fields(first.simd):
         values = [getattr(c.simd, f.name) for c in named.values()]
         if any(values):
             fig.add_bar(x=names, y=values, name=f"simd.{f.name}", legendgroup="simd",
@@ -40,7 +40,7 @@ def counters_figure(counters: Sequence[Counters] | Mapping[str, Counters]) -> go
     return fig
 
 
-def lines_figure(counters: Counters) -> go.Figure:
+def lines_figure(counters: Any) -> go.Figure:
     """Per source line: device bytes requested and moved, threadgroup wavefronts and bank
     conflicts, thread-level operations and divergences."""
     from plotly.subplots import make_subplots
@@ -60,7 +60,7 @@ def lines_figure(counters: Counters) -> go.Figure:
     return fig
 
 
-def estimates_figure(estimates: Sequence[Estimate] | Mapping[str, Estimate]) -> go.Figure:
+def estimates_figure(estimates: Sequence[Any] | Mapping[str, Any]) -> go.Figure:
     """Each modelled term per kernel (log scale), the total as a marker."""
     import plotly.graph_objects as go
 

@@ -30,8 +30,9 @@ import math
 from dataclasses import asdict, dataclass, field, fields
 from typing import TYPE_CHECKING, Any
 
-from . import render
-from .chips import Chip, default_gpu, gpu
+from ..display import bytes_text, count_text, html_table, percent_text, seconds_text, text_table
+from .catalog import default_gpu, gpu
+from .chips import Chip
 from .counters import SIMD_WIDTH, Counters
 
 if TYPE_CHECKING:
@@ -115,29 +116,29 @@ class Estimate:
         raise KeyError(f"no term {name!r}; terms: {', '.join(t.name for t in self.terms)}")
 
     def summary(self) -> str:
-        return (f"`{self.kernel}` on {self.chip}: {render.seconds(self.seconds)} modelled, "
+        return (f"`{self.kernel}` on {self.chip}: {seconds_text(self.seconds)} modelled, "
                 f"{self.bound}-bound (limited by {self.limiting_term})")
 
     def _occupancy_text(self) -> str:
         o = self.occupancy
         return (f"occupancy: {o.threadgroups_per_core} threadgroup(s), "
                 f"{o.simdgroups_per_core} SIMD-groups per core, limited by {o.limited_by}; "
-                f"issue efficiency {render.percent(o.issue_efficiency)}, "
-                f"SIMD efficiency {render.percent(o.simd_efficiency)}")
+                f"issue efficiency {percent_text(o.issue_efficiency)}, "
+                f"SIMD efficiency {percent_text(o.simd_efficiency)}")
 
     def _rows(self) -> list[list[str]]:
-        return [[t.name, render.seconds(t.seconds), t.detail] for t in self.terms]
+        return [[t.name, seconds_text(t.seconds), t.detail] for t in self.terms]
 
     def __str__(self) -> str:
         return "\n".join([f"Estimate {self.summary()}",
-                          *render.text_table(["term", "time", "from"], self._rows(), left=(0, 2)),
+                          *text_table(["term", "time", "from"], self._rows(), indent="  "),
                           "  " + self._occupancy_text(),
                           "  ALU and matrix share the FP32 pipelines: they add."])
 
     def _repr_html_(self) -> str:
-        return render.html_table(f"Estimate {self.summary()}", ["term", "time", "from"],
-                                 self._rows(), self._occupancy_text()
-                                 + "; ALU and matrix share the FP32 pipelines: they add.")
+        return html_table(caption=f"Estimate {self.summary()}", header=["term", "time", "from"],
+                          rows=self._rows(), note=self._occupancy_text()
+                          + "; ALU and matrix share the FP32 pipelines: they add.")
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
@@ -192,22 +193,22 @@ def estimate(counters: Counters, chip: Chip | str | None = None,
     launch = counters.dispatches * a.launch_seconds
 
     terms = (
-        Term("memory (DRAM)", dram, f"{render.size(dram_bytes)} at "
+        Term("memory (DRAM)", dram, f"{bytes_text(dram_bytes)} at "
                                     f"{chip.memory_bandwidth_gbs:g} GB/s"),
         Term("memory (transactions)", transactions,
-             f"{render.size(l1_bytes)} in {counters.line_bytes}-B lines, "
+             f"{bytes_text(l1_bytes)} in {counters.line_bytes}-B lines, "
              f"{chip.l1_bytes_per_core_cycle} B/cycle per core"),
-        Term("ALU", alu, f"{render.count(round(alu_cycles))} issue cycles"),
-        Term("matrix", matrix, f"{render.count(s.mma_f32 + s.mma_f16 + s.mma_bf16)} "
+        Term("ALU", alu, f"{count_text(round(alu_cycles))} issue cycles"),
+        Term("matrix", matrix, f"{count_text(s.mma_f32 + s.mma_f16 + s.mma_bf16)} "
                                "8x8x8 multiply-accumulates"),
-        Term("threadgroup memory", tg, f"{render.count(wavefronts)} wavefronts "
-                                       f"({render.count(counters.bank_conflicts)} from "
+        Term("threadgroup memory", tg, f"{count_text(wavefronts)} wavefronts "
+                                       f"({count_text(counters.bank_conflicts)} from "
                                        "bank conflicts)"),
         Term("latency", memory_wait + barrier_wait,
-             f"loads {render.seconds(memory_wait)} ({render.seconds(load_latency)} each, "
+             f"loads {seconds_text(memory_wait)} ({seconds_text(load_latency)} each, "
              f"{a.loads_in_flight} in flight per SIMD-group), barriers "
-             f"{render.seconds(barrier_wait)}"),
-        Term("launch", launch, f"{counters.dispatches} × {render.seconds(a.launch_seconds)}"),
+             f"{seconds_text(barrier_wait)}"),
+        Term("launch", launch, f"{counters.dispatches} × {seconds_text(a.launch_seconds)}"),
     )
     # (bound, limiting term, time) of each resource; ALU and matrix add (same pipelines).
     compute = ("matrix", "matrix") if matrix > alu else ("ALU", "ALU")
@@ -256,8 +257,8 @@ def _check_fits(c: Counters, chip: Chip) -> None:
     need = c.simdgroups_per_threadgroup * SIMD_WIDTH * c.registers * 4
     if need > chip.register_file_per_core:
         raise ValueError(f"`{c.kernel}`: {c.threads_per_threadgroup} threads × "
-                         f"{c.registers} registers need {render.size(need)}, more than the "
-                         f"{render.size(chip.register_file_per_core)} register file of a "
+                         f"{c.registers} registers need {bytes_text(need)}, more than the "
+                         f"{bytes_text(chip.register_file_per_core)} register file of a "
                          "core; Metal would lower maxTotalThreadsPerThreadgroup")
     if c.line_bytes != chip.line_bytes:
         raise ValueError(f"`{c.kernel}`: counted with {c.line_bytes}-byte lines, but "
