@@ -19,6 +19,7 @@ from pathlib import Path
 from ...dispatch import Completion, Dispatch, Program
 from ...errors import KernelFault, KernelTimeout
 from ...sanitizer import SanitizerError
+from ...toolchain import clang
 from . import compiler, findings, runtime
 from .memory import Memory
 from .sources import translation_unit
@@ -61,7 +62,7 @@ class SimBackend:
     def unavailable_reason(self) -> str | None:
         """Why the emulator cannot run here, or None when it can."""
         try:
-            compiler.compiler_command()
+            clang()
         except Exception as exc:  # noqa: BLE001 - report any cause
             return str(exc)
         if compiler.mlx_include_dir() is None:

@@ -15,8 +15,6 @@ import os
 import platform
 import re
 import shutil
-import subprocess
-import sys
 import tempfile
 import threading
 from collections.abc import Sequence
@@ -24,9 +22,11 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
+from ...cachedir import cache_dir
 from ...dispatch import Sources
 from ...errors import CompileError, EmulatorUnavailable
 from ...msl.includes import mlx_include_dir
+from ...toolchain import run_clang
 from .rewrite import rewrite_msl
 
 PACKAGE_DIR = Path(__file__).parent
@@ -75,18 +75,6 @@ KERNEL_DEFINES = ("-D__METAL_VERSION__=320", "-DMLX_METAL_JIT", "-D__HAVE_MTWORK
 _build_lock = threading.Lock()
 
 
-def cache_dir() -> Path:
-    """Where compiled kernels live: $MTWORK_CACHE_DIR, else the user's cache folder."""
-    root = os.environ.get("MTWORK_CACHE_DIR")
-    if root:
-        path = Path(root)
-    else:
-        base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-        path = Path(base) / "mtwork"
-    path.mkdir(parents=True, exist_ok=True)
-    return path
-
-
 def _digest(*parts: bytes | str) -> str:
     h = hashlib.sha256()
     for p in parts:
@@ -105,31 +93,8 @@ def _tree_digest(folder: Path, pattern: str = "*") -> str:
 
 
 @cache
-def compiler_command() -> tuple[str, ...]:
-    """The clang++ command line prefix; raises EmulatorUnavailable without ziglang."""
-    try:
-        import ziglang  # noqa: F401
-    except ImportError as exc:
-        raise EmulatorUnavailable(
-            "the sim backend needs clang from the `ziglang` package: pip install ziglang"
-        ) from exc
-    return (sys.executable, "-m", "ziglang", "c++")
-
-
-@cache
 def shim_version() -> str:
     return _digest(_tree_digest(SHIM_DIR), _tree_digest(RUNTIME_DIR), " ".join(COMMON_FLAGS))
-
-
-def _run(args: list[str], what: str) -> subprocess.CompletedProcess:
-    env = dict(os.environ)
-    # zig keeps its own build cache; keep it beside ours so a clean cache starts clean.
-    env.setdefault("ZIG_GLOBAL_CACHE_DIR", str(cache_dir() / "zig"))
-    env.setdefault("ZIG_LOCAL_CACHE_DIR", str(cache_dir() / "zig"))
-    try:
-        return subprocess.run(args, capture_output=True, text=True, env=env, check=False)
-    except OSError as exc:
-        raise EmulatorUnavailable(f"cannot run clang to build {what}: {exc}") from exc
 
 
 def _publish(tmp: Path, final: Path) -> None:
@@ -146,9 +111,9 @@ def runtime_library() -> Path:
         if target.exists():
             return target
         tmp = target.with_suffix(f".{os.getpid()}.tmp")
-        args = [*compiler_command(), *COMMON_FLAGS, "-shared", "-pthread",
+        args = [*COMMON_FLAGS, "-shared", "-pthread",
                 "-isystem", str(SHIM_DIR), *map(str, sources), "-o", str(tmp)]
-        result = _run(args, "the emulator runtime")
+        result = run_clang(args, "the emulator runtime")
         if result.returncode != 0:
             raise EmulatorUnavailable(f"building the emulator runtime failed:\n{result.stderr}")
         _publish(tmp, target)
@@ -218,9 +183,9 @@ def compile_kernel(tu: Translation, math_mode: str, kernel_label: str,
         cpp = Path(work) / "kernel.cpp"
         cpp.write_text(tu.text)
         tmp = Path(work) / "kernel.so"
-        args = [*compiler_command(), *flags, "-shared", "-isystem", str(SHIM_DIR),
+        args = [*flags, "-shared", "-isystem", str(SHIM_DIR),
                 "-I", str(prelude_dir()), *user_includes, str(cpp), "-o", str(tmp)]
-        result = _run(args, kernel_label)
+        result = run_clang(args, kernel_label)
         if result.returncode != 0:
             raise CompileError(kernel_label, _author_lines(result.stderr, tu, str(cpp)))
         _publish(tmp, target)

@@ -18,10 +18,11 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
+from ...cachedir import cache_dir
 from ...dispatch import Param, Program
 from ...limits import MAX_BUFFER_INDEX
 from ...msl.constants import rewrite_function_constants, strip_msl_only_syntax
-from .compiler import Translation, cache_dir
+from .compiler import Translation
 from .launcher import LaunchParam, launcher_source
 from .rewrite import rewrite_msl
 

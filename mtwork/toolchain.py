@@ -1,0 +1,46 @@
+"""clang, from the `ziglang` package: the C++ compiler and preprocessor mtwork runs.
+
+The `zig` binary is called directly (not through ``python -m ziglang``, which would add
+an interpreter start to every compile). zig keeps its own build cache beside mtwork's, so
+a clean cache starts clean.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from functools import cache
+from pathlib import Path
+
+from .cachedir import cache_dir
+from .errors import EmulatorUnavailable
+
+__all__ = ["clang", "run_clang"]
+
+
+@cache
+def clang() -> tuple[str, ...]:
+    """The clang++ command line prefix; raises `EmulatorUnavailable` without ziglang."""
+    try:
+        import ziglang
+    except ImportError as exc:
+        raise EmulatorUnavailable(
+            "mtwork needs clang from the `ziglang` package: pip install ziglang") from exc
+    zig = Path(ziglang.__file__).with_name("zig")
+    if not zig.is_file():
+        raise EmulatorUnavailable(f"the ziglang package has no zig binary at {zig}; "
+                                  "reinstall it: pip install --force-reinstall ziglang")
+    return (str(zig), "c++")
+
+
+def run_clang(args: list[str], what: str, *, stdin: str | None = None
+              ) -> subprocess.CompletedProcess:
+    """Runs clang with `args` (after the command prefix); `what` names the job in errors."""
+    env = dict(os.environ)
+    env.setdefault("ZIG_GLOBAL_CACHE_DIR", str(cache_dir() / "zig"))
+    env.setdefault("ZIG_LOCAL_CACHE_DIR", str(cache_dir() / "zig"))
+    try:
+        return subprocess.run([*clang(), *args], capture_output=True, text=True, env=env,
+                              input=stdin, check=False)
+    except OSError as exc:
+        raise EmulatorUnavailable(f"cannot run clang to build {what}: {exc}") from exc
