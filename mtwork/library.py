@@ -34,6 +34,7 @@ from .errors import CompileError
 from .library_kernel import Kernel, LibraryLaunch, Outputs
 from .msl.body import MATH_MODES
 from .msl.includes import included_files
+from .msl.preprocess import preprocess
 from .msl.signature import FunctionConstant, Instantiation, KernelSignature, parse_source
 from .msl.templates import literal, template_texts
 from .msl.types import type_info
@@ -50,6 +51,7 @@ def load_metal(
     *,
     include_dirs: Sequence[str | os.PathLike] = (),
     prelude: str = "",
+    defines: Mapping[str, Any] | None = None,
     math_mode: str = "safe",
     name: str | None = None,
     backend: str | None = None,
@@ -60,8 +62,12 @@ def load_metal(
     `include_dirs`, then MLX's kernel headers (``"mlx/backend/metal/kernels/utils.h"``);
     ``<metal_stdlib>`` is mtwork's shim. `prelude` is placed before the source, as a
     ``.metal`` file that includes a header would (MLX's ``arange.metal`` includes
-    ``utils.h`` before ``arange.h``). `math_mode` is ``"safe"`` (MLX's default),
-    ``"relaxed"`` or ``"fast"``. The files are read now; load again to see later edits.
+    ``utils.h`` before ``arange.h``). `defines` are preprocessor macros, as a host
+    program sets them when it compiles the library (llama.cpp's ``GGML_METAL_HAS_BF16``):
+    a name maps to an int, a bool or text. `math_mode` is ``"safe"`` (MLX's default),
+    ``"relaxed"`` or ``"fast"``. Kernels are listed as Metal would see them, after the
+    preprocessor: host names made by macros count, ``#if`` branches that are off do not.
+    The files are read now; load again to see later edits.
     """
     if math_mode not in MATH_MODES:
         raise ValueError(f"`math_mode` must be one of {', '.join(MATH_MODES)}, got "
@@ -80,7 +86,26 @@ def load_metal(
         text, label = path.read_text(), name or str(path)
     dirs = tuple(Path(d).resolve() for d in include_dirs)
     return Library(text, path=path, label=label, include_dirs=dirs, prelude=prelude,
-                   math_mode=math_mode, backend=backend)
+                   defines=_define_values(defines), math_mode=math_mode, backend=backend)
+
+
+def _define_values(defines: Mapping[str, Any] | None) -> dict[str, str]:
+    if defines is None:
+        return {}
+    if not isinstance(defines, Mapping):
+        raise TypeError(f"`defines` maps macro names to values, got {type(defines).__name__}")
+    out = {}
+    for name, value in defines.items():
+        if not isinstance(name, str) or not name.isidentifier():
+            raise ValueError(f"`defines`: macro names are identifiers, got {name!r}")
+        if isinstance(value, bool):
+            out[name] = "1" if value else "0"
+        elif isinstance(value, (int, str)):
+            out[name] = str(value)
+        else:
+            raise TypeError(f"`defines`: {name} takes an int, a bool or text, not "
+                            f"{type(value).__name__} {value!r}")
+    return out
 
 
 def _as_path(source: str | os.PathLike) -> Path | None:
@@ -106,12 +131,13 @@ class Library:
     """
 
     def __init__(self, text: str, *, path: Path | None, label: str,
-                 include_dirs: tuple[Path, ...], prelude: str, math_mode: str,
-                 backend: str | None):
+                 include_dirs: tuple[Path, ...], prelude: str, defines: Mapping[str, str],
+                 math_mode: str, backend: str | None):
         self.text = text
         self.path = path
         self.label = label
         self.prelude = prelude
+        self.defines = dict(defines)
         self.math_mode = math_mode
         self.backend = backend
         self.include_dirs = include_dirs
@@ -121,14 +147,17 @@ class Library:
         self.kernels: dict[str, KernelSignature] = {}
         self.function_constants: dict[str, FunctionConstant] = {}
         self.host_names: dict[str, Instantiation] = {}
-        for file_label, file_text in [(label, text), *((str(p), t) for p, t in self.files.items())]:
-            parsed = parse_source(file_text, file_label)
-            for k in parsed.kernels:
-                self.kernels.setdefault(k.name, k)
-            for c in parsed.function_constants:
-                self.function_constants.setdefault(c.name, c)
-            for inst in parsed.instantiations:
-                self.host_names.setdefault(inst.host_name, inst)
+        seen = preprocess(text, label=label, search_dirs=self.search_dirs, prelude=prelude,
+                          defines=self.defines, files=tuple(self.files.items()))
+        parsed = parse_source(seen.text, label, origin=seen.origin)
+        for k in parsed.kernels:
+            self.kernels.setdefault(k.name, k)
+            if k.host_name and k.host_name != k.name:  # `[[host_name("h")]] kernel void f`
+                self.host_names.setdefault(k.host_name, Instantiation(k.host_name, k.name, ()))
+        for c in parsed.function_constants:
+            self.function_constants.setdefault(c.name, c)
+        for inst in parsed.instantiations:
+            self.host_names.setdefault(inst.host_name, inst)
 
     @cached_property
     def sources(self) -> Sources:
@@ -139,7 +168,8 @@ class Library:
     def with_text(self, text: str) -> Library:
         """The same library with its main file's text replaced (an editor's buffer)."""
         return Library(text, path=self.path, label=self.label, include_dirs=self.include_dirs,
-                       prelude=self.prelude, math_mode=self.math_mode, backend=self.backend)
+                       prelude=self.prelude, defines=self.defines, math_mode=self.math_mode,
+                       backend=self.backend)
 
     def kernel_like(self, kernel: Kernel) -> Kernel:
         """`kernel` (a kernel of another version of this library) made from this one: the

@@ -39,6 +39,7 @@ class LibraryParts(Protocol):
     sources: Sources
     math_mode: str
     backend: str | None
+    defines: Mapping[str, str]
     function_constants: Mapping[str, FunctionConstant]
 
 __all__ = ["Kernel", "LibraryLaunch", "LibraryParts", "Outputs"]
@@ -151,7 +152,8 @@ class Kernel:
             params=params,
             math_mode=lib.math_mode,
             form=FullSource(self.signature, self.template_args, constants),
-            defines=function_constant_macros({n: (t, v) for n, t, v in constants}),
+            defines="".join(f"#define {name} {value}\n" for name, value in lib.defines.items())
+            + function_constant_macros({n: (t, v) for n, t, v in constants}),
             max_threads=min(MAX_THREADS_PER_THREADGROUP,
                             self.signature.max_threads or MAX_THREADS_PER_THREADGROUP),
         )

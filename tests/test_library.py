@@ -440,7 +440,7 @@ def test_metal_wrapper_declares_each_parameter_then_runs_the_body(lib):
     assert w.header.startswith("#define __mtw_fc_scale (float)(0.5f)\n"
                                "#define __mtw_fc_defined_scale true\n")
     assert "#define __mtw_fc_defined_use_bias false" in w.header
-    assert "constant constexpr bool use_scale = __mtw_fc_use_scale;" in w.header
+    assert "constexpr constant bool use_scale = __mtw_fc_use_scale;" in w.header
     assert "constant bool has_scale = __mtw_fc_defined_scale;" in w.header
     assert w.header.count("struct Sum {") == 1
     assert '#include "' not in w.header and "#pragma once" not in w.header

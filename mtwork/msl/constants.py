@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 
 from .lexing import code_without_directives
-from .signature import FUNCTION_CONSTANT
+from .signature import constant_declarations
 
 __all__ = ["defined_macro", "function_constant_macros", "rewrite_function_constants",
            "strip_msl_only_syntax", "value_macro"]
@@ -30,19 +30,22 @@ def defined_macro(name: str) -> str:
 def rewrite_function_constants(text: str) -> str:
     """Turns function constants into compile-time constants whose values are macros.
 
-    ``constant T x [[function_constant(n)]];`` becomes ``constant constexpr T x =
-    __mtw_fc_x;`` and ``is_function_constant_defined(x)`` becomes ``__mtw_fc_defined_x``;
+    ``constant T x [[function_constant(n)]];`` becomes ``constexpr constant T x =
+    __mtw_fc_x;`` (a declaration that is already ``constexpr``, e.g. through a macro such
+    as MLX's ``STEEL_CONST``, only loses its attribute), and
+    ``is_function_constant_defined(x)`` becomes ``__mtw_fc_defined_x``;
     `function_constant_macros` defines both for one choice of values. Keeping the values
     out of the text lets every choice share one rewritten copy of a file. Lines stay where
     they were, and so does the kernel's own text around them.
     """
     mask = code_without_directives(text)
-    edits = [
-        (m.start(), m.end(),
-         f"constant constexpr {m.group('type')} {m.group('name')} = "
-         f"{value_macro(m.group('name'))};" + "\n" * text.count("\n", m.start(), m.end()))
-        for m in FUNCTION_CONSTANT.finditer(mask)
-    ]
+    edits = []
+    for d in constant_declarations(mask):
+        a, b = d.attribute
+        edits.append((a, b, f"= {value_macro(d.name)}" + "\n" * text.count("\n", a, b)))
+        if d.words[0] == "constant" and "constexpr" not in d.words:
+            first = d.start + len(mask[d.start:]) - len(mask[d.start:].lstrip())
+            edits.append((first, first, "constexpr "))
     edits += [(m.start(), m.end(), defined_macro(m.group(1))) for m in _IS_DEFINED.finditer(mask)]
     for a, b, new in sorted(edits, reverse=True):
         text = text[:a] + new + text[b:]

@@ -18,7 +18,9 @@ have no attribute and MLX binds them at 0, 1 and 2).
 
 from __future__ import annotations
 
+import ast
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Literal
@@ -34,7 +36,10 @@ __all__ = [
     "KernelParam",
     "KernelSignature",
     "ParsedSource",
+    "ConstantDeclaration",
     "TemplateParam",
+    "constant_declarations",
+    "constant_index",
     "parse_source",
 ]
 
@@ -42,6 +47,7 @@ __all__ = [
 ATTRIBUTE_NAMES = frozenset(name for name, _ in METAL_ATTRIBUTES)
 
 ParamKind = Literal["buffer", "threadgroup", "attribute", "unsupported"]
+Origin = Callable[[int], tuple[str, int]]  # a line of the parsed text -> (file, line)
 
 _ADDRESS_SPACES = ("device", "constant", "threadgroup", "thread")
 
@@ -119,6 +125,7 @@ class KernelSignature:
     file: str
     line: int
     max_threads: int | None = None  # [[max_total_threads_per_threadgroup(n)]]
+    host_name: str | None = None  # [[host_name("...")]] on the definition itself
     body: str = ""  # the text between the braces of its definition
 
     @property
@@ -150,7 +157,7 @@ class FunctionConstant:
 
     name: str
     type_text: str
-    index: int
+    index: int | None  # None when it is not integer arithmetic mtwork can evaluate
     file: str
     line: int
 
@@ -165,6 +172,8 @@ class Instantiation:
 
     @property
     def function_text(self) -> str:
+        if not self.template_args:
+            return self.function
         return f"{self.function}<{', '.join(self.template_args)}>"
 
 
@@ -214,12 +223,21 @@ def _template_params(mask: str, start: int) -> tuple[TemplateParam, ...]:
         if not part:
             continue
         decl, _, default = part.partition("=")
+        pointer = _FUNCTION_POINTER.match(decl.strip())
+        if pointer:  # `void (*f)(args)`: a function chosen at instantiation
+            params.append(TemplateParam(f"{pointer.group('ret')} (*)({pointer.group('args')})",
+                                        pointer.group("name"), default.strip() or None))
+            continue
         m = re.match(r"^(?P<kind>.*?)\s*\b(?P<name>[A-Za-z_]\w*)$", decl.strip())
         if not m:
             continue
         params.append(TemplateParam(m.group("kind").strip(), m.group("name"),
                                     default.strip() or None))
     return tuple(params)
+
+
+_FUNCTION_POINTER = re.compile(
+    r"^(?P<ret>[^()]*?)\s*\(\s*\*\s*(?P<name>[A-Za-z_]\w*)\s*\)\s*\((?P<args>.*)\)$")
 
 
 _BINDING = re.compile(r"^(buffer|threadgroup|function_constant)\s*\(\s*(\w+)\s*\)$")
@@ -277,7 +295,7 @@ def _assign_implicit_indices(params: list[KernelParam]) -> list[KernelParam]:
     return out
 
 
-def _kernels(text: str, mask: str, file: str) -> list[KernelSignature]:
+def _kernels(text: str, mask: str, origin: Origin) -> list[KernelSignature]:
     kernels = []
     for m in _KERNEL_HEAD.finditer(mask):
         if not _is_kernel(m.group("quals")):
@@ -296,36 +314,87 @@ def _kernels(text: str, mask: str, file: str) -> list[KernelSignature]:
             mt = re.match(r"max_total_threads_per_threadgroup\s*\(\s*(\d+)\s*\)$", a)
             if mt:
                 max_threads = int(mt.group(1))
+        quals = text[m.start("quals"):m.end("quals")]
+        host = _HOST_NAME.search(quals)
         kernels.append(
             KernelSignature(
                 name=m.group("name"),
                 params=tuple(_assign_implicit_indices([p for p in params if p is not None])),
                 template_params=template,
-                file=file,
-                line=line_of(text, m.start("name")),
+                file=origin(line_of(text, m.start("name")))[0],
+                line=origin(line_of(text, m.start("name")))[1],
                 max_threads=max_threads,
                 body=text[brace + 1 : body_end - 1],
+                host_name="".join(re.findall(r'"([^"]*)"', host.group(1))) if host else None,
             )
         )
     return kernels
 
 
-FUNCTION_CONSTANT = re.compile(
-    r"\bconstant\s+(?P<type>[A-Za-z_][\w:<>, ]*?)\s+(?P<name>[A-Za-z_]\w*)\s*"
-    r"\[\[\s*function_constant\s*\(\s*(?P<index>\d+)\s*\)\s*\]\]\s*;"
-)
+_FUNCTION_CONSTANT_ATTRIBUTE = re.compile(
+    r"\[\[\s*function_constant\s*\((?P<index>[^\[\]]*)\)\s*\]\]\s*;")
+_QUALIFIERS = frozenset({"constant", "static", "constexpr", "const", "volatile"})
 
 
-def _function_constants(text: str, mask: str, file: str) -> list[FunctionConstant]:
-    return [
-        FunctionConstant(m.group("name"), normalise_type(m.group("type")), int(m.group("index")),
-                         file, line_of(text, m.start()))
-        for m in FUNCTION_CONSTANT.finditer(mask)
-    ]
+@dataclass(frozen=True)
+class ConstantDeclaration:
+    """Where a program-scope ``... T name [[function_constant(index)]];`` sits in a text:
+    the declaration's start, the attribute's span, the words before it, the index text."""
+
+    start: int
+    attribute: tuple[int, int]  # from `[[` to just before the `;`
+    words: tuple[str, ...]
+    index: str
+
+    @property
+    def name(self) -> str:
+        return self.words[-1]
+
+    @property
+    def type_text(self) -> str:
+        """The declared type: the words before the name that are not qualifiers."""
+        return normalise_type(" ".join(w for w in self.words[:-1] if w not in _QUALIFIERS))
+
+
+def constant_declarations(mask: str) -> list[ConstantDeclaration]:
+    """Every function-constant declaration in `mask` (a `code_mask` of the text)."""
+    found = []
+    for m in _FUNCTION_CONSTANT_ATTRIBUTE.finditer(mask):
+        start = max(mask.rfind(c, 0, m.start()) for c in ";{}") + 1
+        words = tuple(re.findall(r"[A-Za-z_][\w:]*(?:<[^<>;]*>)?", mask[start : m.start()]))
+        if len(words) >= 2:
+            end = m.end() - 1  # the `;` stays
+            found.append(ConstantDeclaration(start, (m.start(), end), words,
+                                             m.group("index").strip()))
+    return found
+
+
+def constant_index(text: str) -> int | None:
+    """The value of an index written as integer arithmetic (``600 + 0``), else None."""
+    try:
+        tree = ast.parse(text, mode="eval")
+    except SyntaxError:
+        return None
+    allowed = (ast.Expression, ast.BinOp, ast.UnaryOp, ast.Constant, ast.operator, ast.unaryop)
+    if not all(isinstance(node, allowed) for node in ast.walk(tree)):
+        return None
+    try:
+        value = eval(compile(tree, "<index>", "eval"), {"__builtins__": {}})
+    except (ArithmeticError, TypeError, ValueError):
+        return None
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _function_constants(text: str, mask: str, origin: Origin) -> list[FunctionConstant]:
+    out = []
+    for d in constant_declarations(mask):
+        where, line = origin(line_of(text, d.attribute[0]))
+        out.append(FunctionConstant(d.name, d.type_text, constant_index(d.index), where, line))
+    return out
 
 
 _INSTANTIATION = re.compile(rf"\btemplate\s*(?P<attrs>(?:{_ATTRIBUTE_GROUP}\s*)+)")
-_HOST_NAME = re.compile(r"host_name\s*\(\s*\"([^\"]+)\"\s*\)")
+_HOST_NAME = re.compile(r"host_name\s*\(\s*((?:\"[^\"]*\"\s*)+)\)")
 _TEMPLATE_ID = re.compile(r"\b([A-Za-z_]\w*)\s*<")
 
 
@@ -343,16 +412,20 @@ def _instantiations(text: str, mask: str) -> list[Instantiation]:
         open_angle = m.end() + tid.end() - 1
         close = matching(mask, open_angle, "<", ">")
         args = tuple(normalise_type(a) for a in split_top_level(text[open_angle + 1 : close - 1]))
-        out.append(Instantiation(host.group(1), tid.group(1), args))
+        name = "".join(re.findall(r'"([^"]*)"', host.group(1)))  # adjacent literals join
+        out.append(Instantiation(name, tid.group(1), args))
     return out
 
 
-def parse_source(text: str, file: str = "source") -> ParsedSource:
-    """The kernels, function constants and host-named instantiations written in `text`
-    (not those of included files, nor those made by macros)."""
+def parse_source(text: str, file: str = "source",
+                 origin: Callable[[int], tuple[str, int]] | None = None) -> ParsedSource:
+    """The kernels, function constants and host-named instantiations in `text`. Give it
+    preprocessed text (see `preprocess`) to see what macros make; `origin(line)` then
+    says which file and line each line of it came from (default: `file`, as numbered)."""
     mask = code_without_directives(text)
+    where = origin or (lambda line: (file, line))
     return ParsedSource(
-        kernels=tuple(_kernels(text, mask, file)),
-        function_constants=tuple(_function_constants(text, mask, file)),
+        kernels=tuple(_kernels(text, mask, where)),
+        function_constants=tuple(_function_constants(text, mask, where)),
         instantiations=tuple(_instantiations(text, mask)),
     )

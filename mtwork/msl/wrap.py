@@ -21,7 +21,7 @@ from typing import Any
 
 from ..limits import THREADGROUP_MEMORY_ALIGNMENT
 from .body import METAL_ATTRIBUTES
-from .constants import function_constant_macros, rewrite_function_constants
+from .constants import rewrite_function_constants
 from .signature import KernelParam, KernelSignature
 from .types import SCALAR_TYPES, type_info
 
@@ -115,23 +115,23 @@ def _parameter_lines(signature: KernelSignature, bound: Sequence[str],
     return inputs, lines
 
 
-def wrap(signature: KernelSignature, template_args: Sequence[str],
-         constants: Sequence[tuple[str, str, str | None]], library_text: str, *,
+def wrap(signature: KernelSignature, template_args: Sequence[str], defines: str,
+         library_text: str, *,
          bound: Sequence[str], threadgroup_bytes: Mapping[int, int],
          label: str) -> MetalWrapper:
     """`signature`'s kernel as an ``mx.fast.metal_kernel`` body.
 
     `library_text` is the library with its includes pasted in (see
-    `includes.inline_includes`); `constants` are (name, type, value text or None);
+    `includes.inline_includes`); `defines` are the ``#define`` lines that come first (the
+    library's macros and its function constants' values);
     `bound` names the bound buffers; `threadgroup_bytes` sizes the ``[[threadgroup(n)]]``
     arguments by index.
     """
     template, lines = _template(signature, template_args, label)
     inputs, declarations = _parameter_lines(signature, bound, threadgroup_bytes)
-    macros = function_constant_macros({name: (ty, value) for name, ty, value in constants})
     return MetalWrapper(
         name=f"mtw_{signature.name}",
-        header=macros + rewrite_function_constants(library_text) + "\n",
+        header=defines + rewrite_function_constants(library_text) + "\n",
         source="\n".join(lines + declarations) + "\n"
         + rewrite_function_constants(signature.body),
         input_names=inputs,

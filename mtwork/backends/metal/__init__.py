@@ -31,7 +31,7 @@ def wrapper(program: Program, bound: Sequence[str],
     flat = inline_includes(src.prelude + "\n" + src.text,
                            src.path.parent if src.path else None, src.search_dirs)
     form = program.form
-    return wrap(form.signature, form.template_args, form.constants, flat, bound=bound,
+    return wrap(form.signature, form.template_args, program.defines, flat, bound=bound,
                 threadgroup_bytes=threadgroup_bytes, label=program.label)
 
 
