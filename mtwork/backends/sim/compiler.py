@@ -139,7 +139,7 @@ def prelude_dir() -> Path:
         for header in kernels.rglob("*.h"):
             out = tmp / header.relative_to(source)
             out.parent.mkdir(parents=True, exist_ok=True)
-            out.write_text(rewrite_msl(header.read_text()).text)
+            out.write_text(rewrite_msl(header.read_text()))
         try:
             os.replace(tmp, target)
         except OSError:

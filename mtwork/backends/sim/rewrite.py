@@ -12,24 +12,17 @@ they replace), so compiler messages point at the author's own line numbers.
 - Unsuffixed floating literals are ``float`` (Metal has no ``double``); ``1.0h`` is a
   ``half``.
 - ``[[threadgroup(n)]]`` becomes ``[[mtw_threadgroup(n)]]`` (the word alone is a macro).
-- Attributes on explicit instantiations (``template [[host_name("k")]] [[kernel]] ...``)
-  are dropped; the host names they give are returned.
+- Explicit instantiations (``template [[host_name("k")]] [[kernel]] ...;``) are dropped:
+  the launcher instantiates the one kernel it runs.
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
 
 from ...msl.lexing import code_mask, matching, matching_back, same_lines, split_top_level
 
 _ADDRESS_SPACES = ("device", "constant", "threadgroup")
-
-
-@dataclass
-class Rewritten:
-    text: str
-    host_names: dict[str, str] = field(default_factory=dict)
 
 
 def _declaration_start(mask: str, pos: int) -> int:
@@ -254,33 +247,30 @@ def _rewrite_literals(text: str) -> str:
     return text
 
 
-_INSTANTIATION_ATTRS = re.compile(r"\btemplate\s*((?:\[\[(?:[^\[\]]|\[[^\[\]]*\])*\]\]\s*)+)")
-_HOST_NAME = re.compile(r"host_name\(\s*\"([^\"]+)\"\s*\)")
-_INSTANTIATED = re.compile(r"\)\s*([A-Za-z_][\w:]*\s*<[^;]*>)\s*;")
+# `template [[host_name("k")]] [[kernel]] decltype(f<T>) f<T>;`, also split over a macro's
+# line continuations (MLX's and llama.cpp's instantiation macros).
+_EXPLICIT_INSTANTIATION = re.compile(
+    r"\btemplate(?:\s|\\\n)*(?:\[\[(?:[^\[\]]|\[[^\[\]]*\])*\]\](?:\s|\\\n)*)+")
 
 
-def _strip_instantiation_attributes(text: str) -> tuple[str, dict[str, str]]:
-    host_names: dict[str, str] = {}
+def _drop_explicit_instantiations(text: str) -> str:
+    """Blanks every explicit instantiation of a kernel: the launcher names the one it
+    runs, so the compiler instantiates that one only, not all the library's."""
     mask = code_mask(text)
-    edits: list[tuple[int, int, str]] = []
-    for m in _INSTANTIATION_ATTRS.finditer(mask):
-        attrs = text[m.start(1) : m.end(1)]
-        hn = _HOST_NAME.search(attrs)
+    edits = []
+    for m in _EXPLICIT_INSTANTIATION.finditer(mask):
         end = mask.find(";", m.end())
-        if hn and end >= 0:
-            inst = _INSTANTIATED.search(mask[m.end() : end + 1])
-            if inst:
-                host_names[hn.group(1)] = re.sub(r"\s+", " ", inst.group(1))
-        edits.append((m.start(1), m.end(1), same_lines(attrs, "")))
-    for a, b, new in reversed(edits):
-        text = text[:a] + new + text[b:]
-    return text, host_names
+        if end >= 0:
+            edits.append((m.start(), end + 1))
+    for a, b in reversed(edits):
+        text = text[:a] + same_lines(text[a:b], "") + text[b:]
+    return text
 
 
 _THREADGROUP_ATTRIBUTE = re.compile(r"\[\[\s*threadgroup\s*\(")
 
 
-def rewrite_msl(text: str) -> Rewritten:
+def rewrite_msl(text: str) -> str:
     """Applies every rewrite; see the module docstring."""
     # `threadgroup` is an empty macro, so its attribute form must not see it.
     text = _THREADGROUP_ATTRIBUTE.sub("[[mtw_threadgroup(", text)
@@ -288,5 +278,4 @@ def rewrite_msl(text: str) -> Rewritten:
     text = _collapse_address_space_specializations(text)
     text = _rewrite_threadgroup_variables(text)
     text = _rewrite_literals(text)
-    text, host_names = _strip_instantiation_attributes(text)
-    return Rewritten(text, host_names)
+    return _drop_explicit_instantiations(text)

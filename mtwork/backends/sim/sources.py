@@ -39,7 +39,7 @@ _tree_lock = threading.Lock()
 
 def for_emulator(text: str) -> str:
     """An author's file as the emulator compiles it (every line where it was)."""
-    return rewrite_msl(strip_msl_only_syntax(rewrite_function_constants(text))).text
+    return rewrite_msl(strip_msl_only_syntax(rewrite_function_constants(text)))
 
 
 def _digest(*parts: str) -> str:
