@@ -14,7 +14,8 @@ import numpy as np
 
 from . import dtypes
 
-__all__ = ["allocate", "byte_span", "filled", "numpy_view", "poisoned", "to_mx"]
+__all__ = ["allocate", "byte_span", "filled", "initialise", "numpy_view", "poisoned",
+           "to_mx"]
 
 _POISON_BITS = {
     mx.float32: np.uint32(0x7FC0BADD),
@@ -24,22 +25,32 @@ _POISON_BITS = {
 }
 
 
-def poisoned(dtype: mx.Dtype, shape: Sequence[int]) -> np.ndarray:
-    """A new array of `dtype` holding the poison pattern."""
-    out = np.empty(tuple(shape), dtype=dtypes.storage_numpy_dtype(dtype))
+def initialise(out: np.ndarray, dtype: mx.Dtype, fill: float | None) -> np.ndarray:
+    """Fills `out` (storage of `dtype`) with `fill` (converted as MLX converts it), or
+    with the poison pattern when `fill` is None; returns it."""
+    flat = out.reshape(-1)
+    if fill is not None:
+        one = mx.array(fill).astype(dtype)
+        flat[...] = np.array(one.view(mx.uint16)) if dtype == mx.bfloat16 else np.array(one)
+        return out
     pattern = _POISON_BITS.get(dtype)
     if pattern is None:
-        out.reshape(-1).view(np.uint8).fill(0xBE)
+        flat.view(np.uint8).fill(0xBE)
     else:
-        out.reshape(-1).view(pattern.dtype).fill(pattern)
+        flat.view(pattern.dtype).fill(pattern)
     return out
+
+
+def poisoned(dtype: mx.Dtype, shape: Sequence[int]) -> np.ndarray:
+    """A new array of `dtype` holding the poison pattern."""
+    return initialise(np.empty(tuple(shape), dtype=dtypes.storage_numpy_dtype(dtype)),
+                      dtype, None)
 
 
 def filled(dtype: mx.Dtype, shape: Sequence[int], value: float) -> np.ndarray:
     """A new array of `dtype` with every element `value` (converted as MLX converts it)."""
-    one = mx.array(value).astype(dtype)
-    bits = np.array(one.view(mx.uint16)) if dtype == mx.bfloat16 else np.array(one)
-    return np.full(tuple(shape), bits, dtype=dtypes.storage_numpy_dtype(dtype))
+    return initialise(np.empty(tuple(shape), dtype=dtypes.storage_numpy_dtype(dtype)),
+                      dtype, value)
 
 
 def allocate(dtype: mx.Dtype, shape: Sequence[int], fill: float | None) -> np.ndarray:

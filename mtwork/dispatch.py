@@ -202,10 +202,12 @@ class Geometry:
 @dataclass(frozen=True)
 class Options:
     """How to run: `sanitize` ("raise", "warn" or None), `timeout` (seconds of the sim
-    watchdog, None for the default)."""
+    watchdog, None for the default), `isolate` (sim: in a worker process, so that a
+    crashing kernel cannot take the caller down; None for $MTWORK_ISOLATE's choice)."""
 
     sanitize: SanitizeMode | None = None
     timeout: float | None = None
+    isolate: bool | None = None
 
 
 @dataclass(frozen=True)
@@ -285,9 +287,11 @@ def check_timeout(value: Any, what: str = "timeout") -> float | None:
     return float(value)
 
 
-def options(*, sanitize: Any = None, timeout: Any = None) -> Options:
+def options(*, sanitize: Any = None, timeout: Any = None, isolate: Any = None) -> Options:
     """Checked `Options`; `sanitize` True/"raise", "warn", False/None, or from
     $MTWORK_SANITIZE when None."""
     from .sanitizer import mode
 
-    return Options(sanitize=mode(sanitize), timeout=check_timeout(timeout))
+    if isolate is not None and not isinstance(isolate, bool):
+        raise ValueError(f"`isolate` must be True, False or None, got {isolate!r}")
+    return Options(sanitize=mode(sanitize), timeout=check_timeout(timeout), isolate=isolate)

@@ -8,6 +8,7 @@ text of a generated kernel, so they must match MLX exactly.
 
 from __future__ import annotations
 
+import copyreg
 from typing import Any
 
 import mlx.core as mx
@@ -22,6 +23,18 @@ __all__ = [
     "storage_numpy_dtype",
     "type_string",
 ]
+
+
+def _dtype_by_name(name: str) -> mx.Dtype:
+    return mx.bool_ if name == "bool" else getattr(mx, name)
+
+
+def _reduce_dtype(dtype: mx.Dtype) -> tuple[Any, tuple[str]]:
+    return _dtype_by_name, (str(dtype).rsplit(".", 1)[-1],)
+
+
+# Kernel descriptions (which name dtypes) travel to the emulator's worker process.
+copyreg.pickle(mx.Dtype, _reduce_dtype)
 
 INT32_MIN = -(2**31)
 INT32_MAX = 2**31 - 1

@@ -16,6 +16,9 @@ class CompileError(MtworkError):
         self.message = message.rstrip()
         super().__init__(f"kernel `{kernel}` failed to compile:\n{self.message}")
 
+    def __reduce__(self):  # errors cross from the emulator's worker process
+        return type(self), (self.kernel, self.message)
+
 
 class KernelFault(MtworkError, RuntimeError):
     """The kernel crashed while running (bad pointer, trap, stack overflow) or reported an
@@ -25,6 +28,9 @@ class KernelFault(MtworkError, RuntimeError):
         self.kernel = kernel
         self.detail = detail
         super().__init__(f"kernel `{kernel}` faulted: {detail}")
+
+    def __reduce__(self):  # errors cross from the emulator's worker process
+        return type(self), (self.kernel, self.detail)
 
 
 class KernelDeadlock(KernelFault):
@@ -44,6 +50,15 @@ class KernelTimeout(KernelFault):
         self.kernel = kernel
         self.detail = detail
         MtworkError.__init__(self, f"kernel `{kernel}` stopped: {detail}")
+
+
+class KernelCancelled(KernelFault):
+    """The kernel was stopped from outside (Ctrl-C, an editor's Stop) before it ended."""
+
+    def __init__(self, kernel: str, detail: str):
+        self.kernel = kernel
+        self.detail = detail
+        MtworkError.__init__(self, f"kernel `{kernel}` cancelled: {detail}")
 
 
 class ThreadgroupMemoryError(KernelFault):

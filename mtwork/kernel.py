@@ -129,10 +129,12 @@ def _param(p: body.Param, inputs: Sequence[body.Param]) -> Param:
 @dataclass(frozen=True, eq=False)
 class MetalKernel:
     """A kernel in MLX's body form. Call it as you would call `mx.fast.metal_kernel`'s
-    result; extras: `backend=` ('metal' or 'sim'), `timeout=` (seconds, sim only) and
+    result; extras: `backend=` ('metal' or 'sim'), `timeout=` (seconds, sim only),
     `sanitize=` (True or 'warn': run on sim with every access checked, see
-    mtwork.sanitizer). The kernel does not change; `last_sanitizer_report` keeps the
-    report of its last sanitized call."""
+    mtwork.sanitizer) and `isolate=` (sim: False runs the kernel in this process, not in
+    the worker process that keeps a crashing kernel from taking the caller down). The
+    kernel does not change; `last_sanitizer_report` keeps the report of its last
+    sanitized call."""
 
     name: str
     input_names: tuple[str, ...]
@@ -223,6 +225,7 @@ class MetalKernel:
         backend: str | None = None,
         timeout: float | None = None,
         sanitize: bool | str | None = None,
+        isolate: bool | None = None,
     ) -> list[mx.array]:
         inputs = _sequence(inputs, "inputs")
         output_shapes = _sequence(output_shapes, "output_shapes")
@@ -237,7 +240,7 @@ class MetalKernel:
                 init_value, (int, float)) or not math.isfinite(init_value)):
             raise ValueError(f"{_PREFIX}`init_value` must be a finite number, got "
                              f"{init_value!r}")
-        run_options = options(sanitize=sanitize, timeout=timeout)
+        run_options = options(sanitize=sanitize, timeout=timeout, isolate=isolate)
         arrays = [dtypes.as_mx_array(x) for x in inputs]
         gen = self.generate(arrays, kinds, template)
         if verbose:

@@ -245,6 +245,7 @@ class Kernel:
         threads_per_threadgroup: Any = None,
         timeout: float | None = None,
         sanitize: bool | str | None = None,
+        isolate: bool | None = None,
     ) -> Dispatch:
         """The dispatch record of a call (see `__call__`), every argument checked."""
         if (threadgroups is None) == (grid is None):
@@ -264,7 +265,8 @@ class Kernel:
         bound = {p.index: bind(p, value, self.element_info(p),
                                f"{_describe(p)} of `{self.name}`")
                  for p, value in chosen.values()}
-        return Dispatch(bound, shape, options(sanitize=sanitize, timeout=timeout),
+        return Dispatch(bound, shape, options(sanitize=sanitize, timeout=timeout,
+                                              isolate=isolate),
                         self._threadgroup_sizes(threadgroup_memory))
 
     def __call__(
@@ -278,6 +280,7 @@ class Kernel:
         backend: str | None = None,
         timeout: float | None = None,
         sanitize: bool | str | None = None,
+        isolate: bool | None = None,
     ) -> Outputs:
         """Dispatches the kernel and returns its writable buffers.
 
@@ -287,11 +290,12 @@ class Kernel:
         (``dispatchThreads``: how many threads; edge threadgroups are partial), and
         `threads_per_threadgroup`. `timeout`: the sim watchdog, in seconds. `sanitize`:
         True or "warn" runs on sim with every access checked (see mtwork.sanitizer).
+        `isolate`: sim runs kernels in a worker process (False: in this one).
         """
         call = self.dispatch(buffers=buffers, threadgroup_memory=threadgroup_memory,
                              threadgroups=threadgroups, grid=grid,
                              threads_per_threadgroup=threads_per_threadgroup,
-                             timeout=timeout, sanitize=sanitize)
+                             timeout=timeout, sanitize=sanitize, isolate=isolate)
         try:
             done = run_program(self.program, call, backend=backend or self.library.backend)
         except SanitizerError as exc:
@@ -323,7 +327,7 @@ class Kernel:
 
 
 _CALL_ARGUMENTS = frozenset({"buffers", "threadgroup_memory", "threadgroups", "grid",
-                             "threads_per_threadgroup", "timeout"})
+                             "threads_per_threadgroup", "timeout", "isolate"})
 
 
 @dataclass(frozen=True)

@@ -116,6 +116,9 @@ class SanitizerError(KernelFault):
         self.detail = str(report)
         Exception.__init__(self, str(report))
 
+    def __reduce__(self):
+        return type(self), (self.report,)
+
 
 _OFF = ("0", "", "off", "false", "no")
 _ON = ("1", "raise", "on", "true", "yes")

@@ -1,6 +1,7 @@
 """Full-source kernels: loading `.metal` files, listing their kernels, instantiating,
 setting function constants, binding buffers, dispatching, and the errors on the way."""
 
+import functools
 from pathlib import Path
 
 import mlx.core as mx
@@ -470,6 +471,12 @@ def test_metal_wrapper_declares_defaulted_template_parameters_in_the_body():
     assert "utils.h" not in w.header  # already in every MLX custom kernel
 
 
+def _in_process_kernel(**arguments):
+    # In process: the metal path's writable buffers are MLX inputs the kernel writes in
+    # place, as a Metal buffer is written; the worker process works on copies of inputs.
+    return functools.partial(mtwork.metal_kernel(**arguments, backend="sim"), isolate=False)
+
+
 class MetalOnSim(MetalBackend):
     """The metal backend's whole path, with `mtwork.metal_kernel` on sim standing in for
     `mx.fast.metal_kernel` (same arguments, same generated kernel)."""
@@ -477,7 +484,7 @@ class MetalOnSim(MetalBackend):
     name = "metal_on_sim"
 
     def __init__(self):
-        super().__init__(make_kernel=lambda **kw: mtwork.metal_kernel(**kw, backend="sim"))
+        super().__init__(make_kernel=_in_process_kernel)
 
     def unavailable_reason(self):
         return None

@@ -13,14 +13,18 @@ from __future__ import annotations
 import os
 import re
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from ...dispatch import Completion, Dispatch, Program
+import numpy as np
+
+from ...dispatch import Completion, Dispatch, Fresh, Program
 from ...errors import KernelFault, KernelTimeout
 from ...sanitizer import SanitizerError
 from ...toolchain import clang
 from . import compiler, findings, runtime
+from .isolation import Isolated, isolate_by_default
 from .memory import Memory
 from .sources import translation_unit
 
@@ -43,6 +47,9 @@ def _looks_barrier_free(program: Program) -> bool:
     return not any(_BLOCKING.search(t) for t in texts)
 
 
+_PROGRAMS_KEPT = 1024
+
+
 @dataclass(frozen=True)
 class _Compiled:
     library: runtime.KernelLibrary
@@ -56,8 +63,11 @@ class SimBackend:
 
     def __init__(self) -> None:
         self._compiled: dict[tuple[str, str, bool], _Compiled] = {}
+        # The same, by program: a cached call skips writing its translation unit.
+        self._by_program: dict[tuple[Program, bool], _Compiled] = {}
         self._lock = threading.Lock()
         self._blocking: set[Path] = set()  # libraries that blocked on the fast path
+        self._isolated: Isolated | None = None
 
     def unavailable_reason(self) -> str | None:
         """Why the emulator cannot run here, or None when it can."""
@@ -72,6 +82,10 @@ class SimBackend:
     def compile(self, program: Program, *, sanitize: bool = False) -> _Compiled:
         """Compiles `program` (once per translation unit and variant); a `CompileError`
         quotes the author's files and lines."""
+        with self._lock:
+            hit = self._by_program.get((program, sanitize))
+        if hit is not None:
+            return hit
         tu, tree = translation_unit(program)
         key = (tu.text, program.math_mode, sanitize)
         with self._lock:
@@ -83,17 +97,40 @@ class SimBackend:
         compiled = _Compiled(runtime.load(path), tu)
         with self._lock:
             self._compiled[key] = compiled
+            if len(self._by_program) > _PROGRAMS_KEPT:
+                self._by_program.clear()
+            self._by_program[(program, sanitize)] = compiled
         return compiled
 
     def dispatch(self, program: Program, call: Dispatch) -> Completion:
-        """Runs `program` over `call`'s grid and returns the buffers it wrote."""
+        """Runs `program` over `call`'s grid and returns the buffers it wrote: in the
+        worker process unless the call (or $MTWORK_ISOLATE=0) says in-process."""
+        isolate = call.options.isolate
+        if isolate is None:
+            isolate = isolate_by_default()
+        if not isolate:
+            return self.dispatch_here(program, call)
+        self.compile(program, sanitize=call.options.sanitize is not None)  # errors here
+        if self._isolated is None:
+            self._isolated = Isolated()
+        return self._isolated.dispatch(program, call)
+
+    def cancel(self) -> None:
+        """Stops the kernel running in the worker process, at once (from any thread)."""
+        if self._isolated is not None:
+            self._isolated.cancel()
+
+    def dispatch_here(self, program: Program, call: Dispatch,
+                      place: Callable[[int, Fresh], np.ndarray] | None = None) -> Completion:
+        """Runs `program` in this process; `place(index, fresh)` gives the memory of a
+        fresh buffer (default: a new array)."""
         sanitize = call.options.sanitize is not None
         compiled = self.compile(program, sanitize=sanitize)
         barrier_free = (not sanitize and compiled.library.path not in self._blocking
                         and _looks_barrier_free(program))
         saved = None
         while True:
-            memory = Memory(program, call)
+            memory = Memory(program, call, place)
             if saved is not None:
                 memory.restore(saved)
             elif barrier_free:

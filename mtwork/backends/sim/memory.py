@@ -11,11 +11,12 @@ from an input (its shape, strides, ndim) are computed from that input.
 from __future__ import annotations
 
 import ctypes
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from ...buffers import allocate, numpy_view
+from ...buffers import allocate, initialise, numpy_view
 from ...dispatch import Bound, Dispatch, Fresh, Param, Program
 from .sources import THREADGROUP_SLOT_BASE
 
@@ -43,6 +44,9 @@ class Memory:
 
     program: Program
     dispatch: Dispatch
+    # Makes the memory of a fresh buffer (default: a new array); the worker process
+    # gives views of the memory it shares with mtwork.
+    place: Callable[[int, Fresh], np.ndarray] | None = None
     arrays: dict[int, np.ndarray] = field(default_factory=dict)  # by buffer index
     table: ctypes.Array = field(init=False)
     threadgroup_bytes: int = field(init=False)  # taken by [[threadgroup(n)]] arguments
@@ -50,8 +54,12 @@ class Memory:
     def __post_init__(self) -> None:
         buffers = self.dispatch.buffers
         for index, buf in buffers.items():
-            self.arrays[index] = (allocate(buf.dtype, buf.shape, buf.fill)
-                                  if isinstance(buf, Fresh) else _view(buf))
+            if isinstance(buf, Fresh):
+                self.arrays[index] = (allocate(buf.dtype, buf.shape, buf.fill)
+                                      if self.place is None else
+                                      initialise(self.place(index, buf), buf.dtype, buf.fill))
+            else:
+                self.arrays[index] = _view(buf)
         for p in self.program.params:
             if p.derived is not None:
                 kind, source = p.derived

@@ -16,6 +16,7 @@ import shutil
 import tempfile
 import threading
 from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
 
 from ...cachedir import cache_dir
@@ -62,11 +63,15 @@ class SourceTree:
     include_dirs: tuple[Path, ...]
 
 
+@cache
+def _rewriters_digest() -> str:
+    return _digest(*(p.read_text() for p in _REWRITERS))
+
+
 def source_tree(program: Program) -> SourceTree:
     """Writes (once per content) the rewritten copy of `program`'s files."""
     src = program.sources
-    tools = [p.read_text() for p in _REWRITERS]
-    parts = [*tools, src.label, src.text, str(src.path)]
+    parts = [_rewriters_digest(), src.label, src.text, str(src.path)]
     for path, text in sorted(src.files):
         parts += [str(path), text]
     root = cache_dir() / "sources" / _digest(*parts, *map(str, src.search_dirs))

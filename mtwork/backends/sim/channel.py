@@ -1,0 +1,48 @@
+"""The messages between mtwork and the emulator's worker process, over a Unix socket:
+pickled objects, each behind its length, with file descriptors (the shared arena) passed
+alongside when there are any."""
+
+from __future__ import annotations
+
+import pickle
+import socket
+import struct
+from typing import Any
+
+__all__ = ["ChannelClosed", "receive", "send"]
+
+_HEADER = struct.Struct("!Q")
+
+
+class ChannelClosed(EOFError):
+    """The other side is gone."""
+
+
+def send(sock: socket.socket, message: Any, fds: list[int] | tuple[int, ...] = ()) -> None:
+    payload = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
+    header = _HEADER.pack(len(payload))
+    if fds:
+        socket.send_fds(sock, [header], list(fds))
+    else:
+        sock.sendall(header)
+    sock.sendall(payload)
+
+
+def _exactly(sock: socket.socket, n: int) -> bytes:
+    chunks, left = [], n
+    while left:
+        chunk = sock.recv(left)
+        if not chunk:
+            raise ChannelClosed("the other side closed the channel")
+        chunks.append(chunk)
+        left -= len(chunk)
+    return b"".join(chunks)
+
+
+def receive(sock: socket.socket) -> tuple[Any, list[int]]:
+    """The next message and the file descriptors that came with it."""
+    header, fds, _flags, _addr = socket.recv_fds(sock, _HEADER.size, 4, socket.MSG_WAITALL)
+    if len(header) < _HEADER.size:
+        raise ChannelClosed("the other side closed the channel")
+    (length,) = _HEADER.unpack(header)
+    return pickle.loads(_exactly(sock, length)), fds
