@@ -41,8 +41,9 @@ from .channel import ChannelClosed, receive, send
 
 __all__ = ["Isolated", "isolate_by_default"]
 
-# How long past its watchdog a worker may stay silent before it is killed.
-_GRACE_SECONDS = 10.0
+# How long past its watchdog a worker may stay silent before it is killed: the watchdog's
+# own limit, between 2 and 10 seconds.
+_GRACE_BOUNDS = (2.0, 10.0)
 _PROGRAMS_KEPT = 256
 
 
@@ -197,13 +198,13 @@ class Isolated:
     def _wait(self, program: Program, call: Dispatch) -> Any:
         limit = runtime.default_timeout() if call.options.timeout is None \
             else call.options.timeout
-        ready, _, _ = select.select([self._sock], [], [], limit + _GRACE_SECONDS)
+        grace = min(max(limit, _GRACE_BOUNDS[0]), _GRACE_BOUNDS[1])
+        ready, _, _ = select.select([self._sock], [], [], limit + grace)
         if not ready:
             self._stop()
-            raise KernelTimeout(program.label, f"no answer {limit + _GRACE_SECONDS:g} s after "
-                                               f"it started (the watchdog's {limit:g} s and "
-                                               f"{_GRACE_SECONDS:g} s of grace): the worker "
-                                               f"was ended")
+            raise KernelTimeout(program.label, f"no answer {limit + grace:g} s after it "
+                                               f"started (the watchdog's {limit:g} s and "
+                                               f"{grace:g} s of grace): the worker was ended")
         reply, _ = receive(self._sock)  # type: ignore[arg-type]
         return reply
 
