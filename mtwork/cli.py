@@ -116,6 +116,22 @@ def _cmd_backends(_: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_cache(args: argparse.Namespace) -> int:
+    from .cachedir import cache_info, clear_cache
+    from .display import bytes_text
+
+    if args.action == "clear":
+        print(f"removed {bytes_text(clear_cache())} from {cache_info()['path']}")
+        return 0
+    info = cache_info()
+    print(f"path:      {info['path']}")
+    print(f"size:      {bytes_text(info['bytes'])}, of which artefacts "
+          f"{bytes_text(info['artefact_bytes'])} (limit {bytes_text(info['limit'])}, "
+          f"MTWORK_CACHE_MAX)")
+    print(f"artefacts: {info['artefacts']} ({info['kernels']} compiled kernels)")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="mtwork", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -132,6 +148,9 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("backends", help="which backends can run here").set_defaults(
         handler=_cmd_backends
     )
+    cache = sub.add_parser("cache", help="what mtwork has cached, or clear it")
+    cache.add_argument("action", nargs="?", choices=["info", "clear"], default="info")
+    cache.set_defaults(handler=_cmd_cache)
     args = parser.parse_args(argv)
     return args.handler(args)
 

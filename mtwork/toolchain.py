@@ -1,18 +1,20 @@
 """clang, from the `ziglang` package: the C++ compiler and preprocessor mtwork runs.
 
 The `zig` binary is called directly (not through ``python -m ziglang``, which would add
-an interpreter start to every compile). zig keeps its own build cache beside mtwork's, so
-a clean cache starts clean.
+an interpreter start to every compile). zig's global cache (the C runtime it builds once)
+lives beside mtwork's, so a clean cache starts clean; its local cache, where it would keep
+an object file of every compile forever, is a folder removed after each run.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 from functools import cache
 from pathlib import Path
 
-from .cachedir import cache_dir
+from .cachedir import cache_dir, work_dir
 from .errors import EmulatorUnavailable
 
 __all__ = ["clang", "run_clang"]
@@ -38,9 +40,12 @@ def run_clang(args: list[str], what: str, *, stdin: str | None = None
     """Runs clang with `args` (after the command prefix); `what` names the job in errors."""
     env = dict(os.environ)
     env.setdefault("ZIG_GLOBAL_CACHE_DIR", str(cache_dir() / "zig"))
-    env.setdefault("ZIG_LOCAL_CACHE_DIR", str(cache_dir() / "zig"))
+    local = work_dir(cache_dir() / "zig-local")
+    env["ZIG_LOCAL_CACHE_DIR"] = str(local)
     try:
         return subprocess.run([*clang(), *args], capture_output=True, text=True, env=env,
                               input=stdin, check=False)
     except OSError as exc:
         raise EmulatorUnavailable(f"cannot run clang to build {what}: {exc}") from exc
+    finally:
+        shutil.rmtree(local, ignore_errors=True)

@@ -15,13 +15,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import re
-import tempfile
+import shutil
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from .. import cachedir
 from ..cachedir import cache_dir
 from ..errors import CompileError
 from ..toolchain import run_clang
@@ -93,12 +93,10 @@ def preprocess(text: str, *, label: str, search_dirs: Sequence[Path] = (), prelu
     key = _digest(_CACHE_FORMAT, source, json.dumps(sorted(macros.items())), *dirs,
                   *(f"{p}\0{t}" for p, t in sorted(files)), str(mlx_root))
     cached = cache_dir() / "preprocessed" / f"{key}.json"
-    if cached.is_file():
-        try:
-            data = json.loads(cached.read_text())
-            return Preprocessed(data["text"], tuple(map(tuple, data["origins"])))
-        except (OSError, ValueError, KeyError):
-            pass  # rebuilt below
+    if cachedir.is_sealed(cached):
+        cachedir.used(cached)
+        data = json.loads(cached.read_text())
+        return Preprocessed(data["text"], tuple(map(tuple, data["origins"])))
     result = _run(source, label, dirs, macros)
     _store(cached, {"text": result.text, "origins": result.origins})
     return result
@@ -126,8 +124,10 @@ def _run(source: str, label: str, dirs: Sequence[str], macros: Mapping[str, str]
 
 
 def _store(path: Path, data: dict) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
-    with os.fdopen(fd, "w") as f:
-        json.dump(data, f)
-    os.replace(tmp, path)
+    work = cachedir.work_dir(path.parent)
+    try:
+        built = work / path.name
+        built.write_text(json.dumps(data))
+        cachedir.publish(built, path)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)

@@ -11,17 +11,16 @@ went into it, so a change anywhere rebuilds exactly what depends on it:
 from __future__ import annotations
 
 import hashlib
-import os
 import platform
 import re
 import shutil
-import tempfile
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
+from ... import cachedir
 from ...cachedir import cache_dir
 from ...dispatch import Sources
 from ...errors import CompileError, EmulatorUnavailable
@@ -97,9 +96,15 @@ def shim_version() -> str:
     return _digest(_tree_digest(SHIM_DIR), _tree_digest(RUNTIME_DIR), " ".join(COMMON_FLAGS))
 
 
-def _publish(tmp: Path, final: Path) -> None:
-    """Moves a finished build into place atomically (other processes may race us)."""
-    os.replace(tmp, final)
+def _reusable(target: Path) -> bool:
+    """Whether a cached artefact can be used: present and whole; one that is not (cut
+    short, zeroed, changed) is removed, to be built again."""
+    if cachedir.is_sealed(target):
+        cachedir.used(target)
+        return True
+    if target.exists() or target.with_name(target.name + ".seal").exists():
+        cachedir.discard(target)
+    return False
 
 
 @cache
@@ -107,16 +112,22 @@ def runtime_library() -> Path:
     """Builds (once) and returns the runtime shared library."""
     sources = sorted(RUNTIME_DIR.glob("*.cpp"))
     target = cache_dir() / f"libmtwrt-{shim_version()}.so"
+    cachedir.pin(target)
     with _build_lock:
-        if target.exists():
+        if _reusable(target):
             return target
-        tmp = target.with_suffix(f".{os.getpid()}.tmp")
-        args = [*COMMON_FLAGS, "-shared", "-pthread",
-                "-isystem", str(SHIM_DIR), *map(str, sources), "-o", str(tmp)]
-        result = run_clang(args, "the emulator runtime")
-        if result.returncode != 0:
-            raise EmulatorUnavailable(f"building the emulator runtime failed:\n{result.stderr}")
-        _publish(tmp, target)
+        work = cachedir.work_dir(cache_dir())
+        try:
+            tmp = work / target.name
+            args = [*COMMON_FLAGS, "-shared", "-pthread",
+                    "-isystem", str(SHIM_DIR), *map(str, sources), "-o", str(tmp)]
+            result = run_clang(args, "the emulator runtime")
+            if result.returncode != 0:
+                raise EmulatorUnavailable(
+                    f"building the emulator runtime failed:\n{result.stderr}")
+            cachedir.publish(tmp, target)
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
     return target
 
 
@@ -132,18 +143,16 @@ def prelude_dir() -> Path:
     kernels = source / "mlx" / "backend" / "metal" / "kernels"
     rewrite_hash = _digest((PACKAGE_DIR / "rewrite.py").read_bytes())
     target = cache_dir() / f"mlx-headers-{_tree_digest(kernels, '*.h')}-{rewrite_hash}"
+    cachedir.pin(target)  # every compile of this process includes from it
     with _build_lock:
-        if target.exists():
+        if _reusable(target):
             return target
-        tmp = Path(tempfile.mkdtemp(dir=cache_dir(), prefix="mlx-headers-"))
+        tmp = cachedir.work_dir(cache_dir())
         for header in kernels.rglob("*.h"):
             out = tmp / header.relative_to(source)
             out.parent.mkdir(parents=True, exist_ok=True)
             out.write_text(rewrite_msl(header.read_text()))
-        try:
-            os.replace(tmp, target)
-        except OSError:
-            shutil.rmtree(tmp, ignore_errors=True)
+        cachedir.publish(tmp, target)
     return target
 
 
@@ -176,19 +185,22 @@ def compile_kernel(tu: Translation, math_mode: str, kernel_label: str,
     key = _digest(tu.text, " ".join(flags), shim_version(), str(mlx_include_dir()),
                   *user_includes)
     target = cache_dir() / "kernels" / f"{key}.so"
-    if target.exists():
+    if _reusable(target):
         return target
-    target.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=target.parent) as work:
-        cpp = Path(work) / "kernel.cpp"
+    work = cachedir.work_dir(target.parent)
+    try:
+        cpp = work / "kernel.cpp"
         cpp.write_text(tu.text)
-        tmp = Path(work) / "kernel.so"
+        tmp = work / "kernel.so"
         args = [*flags, "-shared", "-isystem", str(SHIM_DIR),
                 "-I", str(prelude_dir()), *user_includes, str(cpp), "-o", str(tmp)]
         result = run_clang(args, kernel_label)
         if result.returncode != 0:
             raise CompileError(kernel_label, _author_lines(result.stderr, tu, str(cpp)))
-        _publish(tmp, target)
+        cachedir.publish(tmp, target)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    cachedir.evict(keep=target)
     return target
 
 

@@ -11,14 +11,12 @@ originals, so ``#include "..."`` finds the rewritten neighbours.
 from __future__ import annotations
 
 import hashlib
-import os
-import shutil
-import tempfile
 import threading
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
+from ... import cachedir
 from ...cachedir import cache_dir
 from ...dispatch import Param, Program
 from ...limits import MAX_BUFFER_INDEX
@@ -82,15 +80,15 @@ def source_tree(program: Program) -> SourceTree:
     main = mirrored(src.path) if src.path else root / "__source__" / "source.metal"
     dirs = tuple(mirrored(d) for d in src.search_dirs)
     with _tree_lock:
-        if not root.exists():
+        if not cachedir.is_sealed(root):
+            cachedir.discard(root)
             _write_tree(root, main, dirs, program)
     return SourceTree(main, dirs)
 
 
 def _write_tree(root: Path, main: Path, dirs: tuple[Path, ...], program: Program) -> None:
     src = program.sources
-    root.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=root.parent, prefix="tmp-"))
+    tmp = cachedir.work_dir(root.parent)
     files = [(tmp / main.relative_to(root), _line_directive(src.label) + for_emulator(src.text))]
     files += [(tmp / p.relative_to(p.anchor), _line_directive(str(p)) + for_emulator(t))
               for p, t in src.files]
@@ -99,10 +97,7 @@ def _write_tree(root: Path, main: Path, dirs: tuple[Path, ...], program: Program
         path.write_text(text)
     for d in dirs:
         (tmp / d.relative_to(root)).mkdir(parents=True, exist_ok=True)
-    try:
-        os.replace(tmp, root)
-    except OSError:  # another process built it first
-        shutil.rmtree(tmp, ignore_errors=True)
+    cachedir.publish(tmp, root)
 
 
 def _launch_param(p: Param) -> LaunchParam:
