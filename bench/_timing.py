@@ -67,10 +67,15 @@ class Spread:
         return cls(statistics.median(values), min(values), max(values))
 
     def ratio_text(self) -> str:
-        return f"{self.median:.3g}x [{self.low:.3g}, {self.high:.3g}]"
+        return f"{_number(self.median)}x [{_number(self.low)}, {_number(self.high)}]"
 
     def time_text(self) -> str:
         return seconds_text(self.median)
+
+
+def _number(x: float) -> str:
+    """Three significant digits, without an exponent for large values."""
+    return f"{x:.0f}" if x >= 1000 else f"{x:.3g}"
 
 
 def seconds_text(seconds: float) -> str:

@@ -214,7 +214,7 @@ def _gemm_workload(label: str, sizes: Sizes, pocl: PoCL | None, source: str,
                    cl_name: str) -> Workload:
     n = sizes.gemm
     a, b = _normal(n, n, seed=1), _normal(n, n, seed=2)
-    sim = _body_kernel(f"bench_{cl_name}", ["A", "B"], ["C"], source,
+    sim = _body_kernel(f"bench_vs_{cl_name}", ["A", "B"], ["C"], source,
                        inputs=[mx.array(a), mx.array(b)], template=[("K", n), ("N", n)],
                        grid=(*grid, 1), threadgroup=(*threadgroup, 1),
                        output_shapes=[(n, n)], output_dtypes=[mx.float32])
@@ -303,13 +303,17 @@ def flash_attention(sizes: Sizes, pocl: PoCL | None) -> Workload:
 def _q4_0(label: str, shape: llama.MatMul, pocl: PoCL | None, sim_of: Callable[..., Any],
           cl_name: str, global_size: tuple[int, int], local_size: tuple[int, int],
           rtol: float | None, notes: list[str]) -> Workload:
+    try:
+        import gguf  # noqa: F401 - its quantiser and dequantiser make the data and reference
+    except ImportError as exc:
+        raise Skipped("the gguf package is not installed (pip install gguf)") from exc
     weights = llama.quantize(_normal(shape.m, shape.k, seed=3))
     x = _normal(shape.n, shape.k, seed=4)
-    reference = llama.reference(weights, x)
     try:
         sim = sim_of(llama.ggml_src(), shape, weights, x)
     except llama.Unavailable as exc:
         raise Skipped(str(exc)) from exc
+    reference = llama.reference(weights, x)
     cl = _cl(pocl, cl_name, global_size, local_size, [weights, x], [(shape.n, shape.m)],
              [np.int32(shape.k), np.int32(shape.m)])
     # Sums of K products: the absolute band follows the outputs' scale.

@@ -38,7 +38,7 @@ def run(workload: workloads.Workload, rounds: int) -> dict[str, Spread | None]:
     return result
 
 
-COLUMNS = (("sim", 10), ("pocl", 10), ("numpy", 10), ("sim/pocl", 26), ("sim/numpy", 26))
+COLUMNS = (("sim", 10), ("pocl", 10), ("numpy", 10), ("sim/pocl", 24), ("sim/numpy", 24))
 
 
 def header() -> str:
@@ -54,6 +54,11 @@ def row(label: str, result: dict[str, Spread | None]) -> str:
             spread.ratio_text() if "/" in column else spread.time_text())
         cells.append(f"{text:>{width}}")
     return f"{label:<44}" + "".join(cells)
+
+
+def _load_line(when: str) -> str:
+    """The 1-minute load average: near the core count, other work shared the machine."""
+    return f"load average {os.getloadavg()[0]:.2f} {when} (other work on the cores adds noise)"
 
 
 def main() -> int:
@@ -74,6 +79,7 @@ def main() -> int:
     print(f"mtwork sim vs PoCL vs numpy on {os.cpu_count()} cores; {args.rounds} interleaved "
           f"rounds{' (--quick sizes)' if args.quick else ''}; times are medians, ratios "
           "median [min, max] of per-round ratios")
+    print(_load_line("before the run"))
     print("OpenCL platforms:")
     for note in notes:
         print(f"  {note}")
@@ -95,6 +101,7 @@ def main() -> int:
         except workloads.WrongOutput as wrong:
             failures += 1
             print(f"{name:<44}FAILED: {wrong}", flush=True)
+    print(_load_line("after the run"))
     notes_lines = [(label, n) for label, ns in notes_by_label.items() for n in ns]
     if notes_lines:
         print("\nNotes:")
