@@ -42,26 +42,36 @@ def cache_dir() -> Path:
 def ggml_src() -> Path:
     """ggml/src of the sdist (ggml-metal/ and ggml-common.h), downloaded on first use."""
     root = cache_dir()
-    src = root / _GGML
-    if (src / "ggml-metal" / "kernels" / "mul_mv.metal").is_file():
-        return src
-    with tempfile.TemporaryDirectory() as tmp:
-        done = subprocess.run(
-            [sys.executable, "-m", "pip", "download", "--no-binary", ":all:", "--no-deps",
-             "--quiet", SDIST, "-d", tmp], capture_output=True, text=True)
-        archives = list(Path(tmp).glob("*.tar.gz"))
-        if done.returncode or not archives:
-            raise Unavailable(f"pip download {SDIST} failed: "
-                              f"{(done.stderr or done.stdout).strip()[-300:]}")
-        with tarfile.open(archives[0]) as tar:
-            top = tar.getnames()[0].split("/")[0]
-            wanted = (f"{top}/{_GGML}/ggml-metal/", f"{top}/{_GGML}/ggml-common.h")
-            members = [m for m in tar.getmembers() if m.name.startswith(wanted)]
-            for m in members:
-                m.name = m.name[len(top) + 1:]
-            root.mkdir(parents=True, exist_ok=True)
-            tar.extractall(root, members=members, filter="data")
-    return src
+    if not root.is_dir():
+        root.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(dir=root.parent) as tmp:
+            unpacked = Path(tmp) / "unpacked"
+            _unpack(_download(Path(tmp)), unpacked)
+            # Whole or not at all: a run stopped half-way leaves no partial cache.
+            os.replace(unpacked, root)
+    return root / _GGML
+
+
+def _download(folder: Path) -> Path:
+    done = subprocess.run(
+        [sys.executable, "-m", "pip", "download", "--no-binary", ":all:", "--no-deps",
+         "--quiet", SDIST, "-d", str(folder)], capture_output=True, text=True)
+    archives = list(folder.glob("*.tar.gz"))
+    if done.returncode or not archives:
+        raise Unavailable(f"pip download {SDIST} failed: "
+                          f"{(done.stderr or done.stdout).strip()[-300:]}")
+    return archives[0]
+
+
+def _unpack(archive: Path, into: Path) -> None:
+    """Only ggml-metal/ and ggml-common.h of the sdist, at their places under `into`."""
+    with tarfile.open(archive) as tar:
+        top = tar.getnames()[0].split("/")[0]
+        wanted = (f"{top}/{_GGML}/ggml-metal/", f"{top}/{_GGML}/ggml-common.h")
+        members = [m for m in tar.getmembers() if m.name.startswith(wanted)]
+        for m in members:
+            m.name = m.name[len(top) + 1:]
+        tar.extractall(into, members=members, filter="data")
 
 
 def impl_define(src: Path, name: str) -> int:
@@ -143,12 +153,14 @@ def mul_mv_sim(src: Path, shape: MatMul, weights: np.ndarray, x: np.ndarray):
 
 def mul_mm_sim(src: Path, shape: MatMul, weights: np.ndarray, x: np.ndarray):
     """kernel_mul_mm_q4_0_f32 on sim, dispatched as ggml_metal_op_mul_mat does without
-    tensor support: 64 x 32 tiles of dst, 4 SIMD-groups, 4096 + 2048 bytes of threadgroup
-    memory when no edge tile needs bounds checks."""
+    tensor support: 64 x 32 tiles of dst (nr0, nr1 of ggml-metal-device.cpp), nsg =
+    N_MM_SIMD_GROUP_X * N_MM_SIMD_GROUP_Y, and 4096 + 2048 bytes of threadgroup memory when
+    no edge tile needs bounds checks."""
     if shape.m % 64 or shape.n % 32 or shape.k % 32:
         raise ValueError(f"mul_mm here takes M % 64 == N % 32 == K % 32 == 0, got {shape}")
-    fc = impl_define(src, "FC_MUL_MM")
-    # bc_inp (K % 32 != 0) and bc_out (edge tiles) are false; ne12, ne13, r2, r3 are 1.
+    nsg = impl_define(src, "N_MM_SIMD_GROUP_X") * impl_define(src, "N_MM_SIMD_GROUP_Y")
+    fc = impl_define(src, "FC_MUL_MM")  # bc_inp, bc_out, ne12, ne13, r2, r3 follow it
+    # bc_inp (K % 32 != 0) and bc_out (edge tiles) are false here.
     kernel = build(src, "mul_mm.metal", "kernel_mul_mm_q4_0_f32",
                    {fc: False, fc + 1: False, fc + 2: 1, fc + 3: 1, fc + 4: 1, fc + 5: 1})
     args = np.zeros((), MUL_MM_ARGS)
@@ -158,7 +170,7 @@ def mul_mm_sim(src: Path, shape: MatMul, weights: np.ndarray, x: np.ndarray):
                             r3=1, **strides).items():
         args[name] = value
     groups = (shape.n // 32, shape.m // 64, 1)
-    return _launcher(kernel, args, weights, x, shape, groups, (32, 4, 1),
+    return _launcher(kernel, args, weights, x, shape, groups, (32, nsg, 1),
                      threadgroup_bytes=4096 + 2048)
 
 

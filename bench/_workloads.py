@@ -63,6 +63,9 @@ class Workload:
         if side == "numpy":
             return
         outputs = result if isinstance(result, (list, tuple)) else [result]
+        if len(outputs) != len(self.references):
+            raise WrongOutput(f"the {side} side returned {len(outputs)} outputs, not "
+                              f"{len(self.references)}")
         for actual, expected in zip(outputs, self.references):
             actual = np.asarray(actual, dtype=np.float32).reshape(expected.shape)
             report = mtwork.diff(actual, expected, atol=self.atol, rtol=self.rtol)
