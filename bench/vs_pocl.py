@@ -84,7 +84,7 @@ def main() -> int:
     for note in notes:
         print(f"  {note}")
     print(f"PoCL: {pocl.describe()}" if pocl else
-          "PoCL: none works here, the PoCL column is skipped")
+          "PoCL: none usable (see above), the PoCL column is skipped")
     print()
     print(header())
     failures, notes_by_label = 0, {}
