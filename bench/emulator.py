@@ -17,10 +17,10 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Callable
 
 import mlx.core as mx
 import numpy as np
+from _timing import interleaved
 
 import mtwork
 
@@ -50,20 +50,6 @@ SOFTMAX = """
     s = simd_sum(s);
     for (uint j = lane; j < N; j += 32) out[row * N + j] = metal::exp(x[j] - m) / s;
 """
-
-
-def interleaved(a: Callable[[], object], b: Callable[[], object], rounds: int) -> list[float]:
-    """Ratios time(a) / time(b), one per round, the side that starts alternating."""
-    a(), b()  # warm-up
-    ratios = []
-    for r in range(rounds):
-        times = {}
-        for name, fn in ((("a", a), ("b", b)) if r % 2 == 0 else (("b", b), ("a", a))):
-            start = time.perf_counter()
-            fn()
-            times[name] = time.perf_counter() - start
-        ratios.append(times["a"] / times["b"])
-    return ratios
 
 
 def report(label: str, ratios: list[float], target: float | None = None) -> None:
