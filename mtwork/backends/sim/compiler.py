@@ -46,6 +46,9 @@ COMMON_FLAGS = (
     # No peeling or unrolling of loops: a SIMD-group function inside a loop then stays one
     # call site, which the runtime's divergence handling relies on.
     "-fno-unroll-loops",
+    # Stack probes: a frame larger than a page touches each of its pages in order, so a
+    # big private array faults in the fiber's guard instead of jumping over it.
+    "-fstack-clash-protection",
     "-nostdlib++",  # kernels and runtime use no C++ library: nothing for zig to build
     "-Wno-unknown-attributes",
     "-Wno-unknown-pragmas",

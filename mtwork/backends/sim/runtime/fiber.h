@@ -1,9 +1,13 @@
 // Fibers: one stack per suspended GPU thread, switched by hand-written assembly.
 //
-// Each fiber stack is a power-of-two sized, equally aligned region whose first page holds
-// the Fiber header, so code running on the fiber finds its header from the stack pointer
-// alone (no thread-local lookups on the hot path). A guard page below the stack turns a
-// stack overflow into a fault the runtime reports.
+// All fiber stacks live in one arena reserved at start-up. Each fiber owns a region of
+// kFiberRegion bytes: a guard below its stack, the stack, a guard above. Guards are
+// never mapped, so a frame too big for the stack (kernels are built with stack probes,
+// which touch every page a frame takes, in order) or a private array indexed far outside
+// its bounds faults in the thread's own guard instead of reaching another fiber's stack.
+// The Fiber headers sit outside the arena, in a table indexed by region, so no write
+// relative to a stack can reach the runtime's bookkeeping; a fiber finds its header from
+// the stack pointer with one subtraction and one shift.
 #pragma once
 
 #include <stddef.h>
@@ -13,8 +17,16 @@ namespace mtw {
 
 struct Worker;
 
-constexpr size_t kFiberRegion = size_t(1) << 18;  // 256 KiB per fiber, header included
 constexpr size_t kPage = 4096;
+constexpr size_t kFiberStack = size_t(256) << 10;       // usable stack of one GPU thread
+constexpr size_t kGuardBelow = size_t(512) << 10;       // faults: overflow, negative indices
+constexpr size_t kGuardAbove = size_t(256) << 10;       // faults: indices past a frame's top
+constexpr int kFiberRegionShift = 20;
+constexpr size_t kFiberRegion = size_t(1) << kFiberRegionShift;
+static_assert(kGuardBelow + kFiberStack + kGuardAbove == kFiberRegion, "region layout");
+// Fibers per worker: one per thread of the largest threadgroup, plus the one that starts
+// the next thread while all others wait.
+constexpr uint32_t kFibersPerWorker = 1024 + 1;
 
 struct Fiber {
   Worker* worker;
@@ -26,19 +38,31 @@ struct Fiber {
 
 enum FiberState : uint32_t { kFiberFree = 0, kFiberRunning, kFiberBlocked, kFiberFinished };
 
+// Where a faulting address lies relative to the fiber stacks.
+enum StackPlace { kNotInArena = 0, kInStack, kBelowStack, kAboveStack };
+
 extern "C" void mtw_switch(void** save_sp, void* new_sp);
 
-inline Fiber* current_fiber() {
-  return reinterpret_cast<Fiber*>(reinterpret_cast<uintptr_t>(__builtin_frame_address(0)) &
-                                  ~(uintptr_t)(kFiberRegion - 1));
+// The arena (null until fiber_arena_init) and the header of each of its regions.
+extern char* fiber_arena;
+extern Fiber* fiber_headers;
+extern size_t fiber_regions;
+
+inline size_t region_of(uintptr_t address) {
+  return (address - reinterpret_cast<uintptr_t>(fiber_arena)) >> kFiberRegionShift;
 }
 
-// Reserves address space for `count` fiber regions, contiguous and region-aligned, so
-// "is this address on one of our fiber stacks" is one range check. Null on failure.
-char* fiber_arena_reserve(uint32_t count);
-// Makes region `index` of `arena` a fiber (header page, guard page, stack).
-Fiber* fiber_create(Worker* worker, char* arena, uint32_t index);
+inline Fiber* current_fiber() {
+  return &fiber_headers[region_of(reinterpret_cast<uintptr_t>(__builtin_frame_address(0)))];
+}
+
+// Reserves address space for `workers` workers' fibers (nothing is mapped yet).
+bool fiber_arena_init(uint32_t workers);
+// Maps the stack of fiber `index` of worker `worker_index` and returns its header.
+Fiber* fiber_create(Worker* worker, uint32_t worker_index, uint32_t index);
 // Prepares `fiber` to start at `start` the next time it is switched to.
 void fiber_prepare(Fiber* fiber, void (*start)());
+// Classifies `address`; async-signal-safe (arithmetic only).
+StackPlace stack_place(uintptr_t address);
 
 }  // namespace mtw

@@ -44,6 +44,19 @@ typedef struct mtw_finding {
   uint64_t count;            // how many accesses this finding stands for
 } mtw_finding;
 
+// A thread that had not finished when a dispatch was stopped from outside.
+enum mtw_live_state { MTW_LIVE_RUNNING = 0, MTW_LIVE_AT_BARRIER = 1, MTW_LIVE_AT_SIMD = 2,
+                      MTW_LIVE_READY = 3 };
+
+typedef struct mtw_live_thread {
+  uint32_t group[3];   // threadgroup_position_in_grid
+  uint32_t thread[3];  // thread_position_in_threadgroup (all 0xFFFFFFFF: not known)
+  uint32_t state;      // mtw_live_state
+  uint32_t reserved;
+  uint64_t pc;         // running: where it was stopped; waiting or ready: the call it waits
+                       // in (the return address into the kernel)
+} mtw_live_thread;
+
 typedef struct mtw_launch {
   mtw_entry_fn entry;
   void* const* buffers;
@@ -65,7 +78,7 @@ enum mtw_status {
   MTW_OK = 0,
   MTW_RUNNING = 1,
   MTW_FAULT = 2,          // a signal inside kernel code (bad pointer, trap, stack overflow)
-  MTW_DEADLOCK = 3,       // threads blocked forever (barrier divergence, early return)
+  MTW_DEADLOCK = 3,       // threads blocked forever (at barriers no SIMD-group can pass)
   MTW_TG_MEMORY = 4,      // threadgroup memory over budget
   MTW_CANCELLED = 5,      // stopped from outside (watchdog, interrupt)
   MTW_KERNEL_ERROR = 6,   // the kernel reported an error itself
@@ -81,6 +94,10 @@ int mtw_dispatch_wait(uint32_t timeout_ms);
 void mtw_dispatch_cancel(void);
 // The message of the last failed dispatch.
 const char* mtw_dispatch_message(void);
+// Threads still live when the last dispatch was stopped from outside: copies up to `max`
+// of them into `out` and returns how many there were in all (more than were recorded
+// when many threadgroups ran at once).
+uint64_t mtw_dispatch_live_threads(mtw_live_thread* out, uint32_t max);
 // Threadgroup memory high-water mark (bytes) of the last dispatch.
 uint32_t mtw_dispatch_tg_memory(void);
 int mtw_abi_version(void);

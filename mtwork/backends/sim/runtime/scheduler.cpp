@@ -69,10 +69,8 @@ Fiber* take_fiber(Worker* w) {
   if (f) {
     w->free_fibers = f->next_free;
   } else {
-    if (w->fiber_count > MTW_MAX_THREADS) return nullptr;
-    if (!w->fiber_arena) w->fiber_arena = fiber_arena_reserve(MTW_MAX_THREADS + 1);
-    if (!w->fiber_arena) return nullptr;
-    f = fiber_create(w, w->fiber_arena, w->fiber_count);
+    if (w->fiber_count >= kFibersPerWorker) return nullptr;
+    f = fiber_create(w, w->index, w->fiber_count);
     if (!f) return nullptr;
     w->all_fibers[w->fiber_count++] = f;
   }
@@ -113,6 +111,8 @@ uint32_t lanes_in(const mtw_group& g, uint32_t simdgroup) {
   return left < MTW_SIMD_WIDTH ? left : MTW_SIMD_WIDTH;
 }
 
+bool lanes_at(const Worker* w, uint32_t sg, const void* site);
+
 // Runs one collective for the lanes in `mask` and makes them runnable (except `self`,
 // the lane that completed it and simply continues).
 void release_simd(Worker* w, uint32_t simdgroup, uint32_t mask, uint32_t self) {
@@ -151,8 +151,10 @@ void release_simd(Worker* w, uint32_t simdgroup, uint32_t mask, uint32_t self) {
 // waiting lanes have already passed (they have left a loop these lanes are still in), else
 // the site with the fewest collectives done (lanes behind go first, so the branches of an
 // if/else each finish before the code after them), ties by lower code address. Returns
-// whether any collective was released.
-bool release_stuck_simd(Worker* w) {
+// whether any collective was released. A SIMD-group some of whose lanes wait at
+// `barrier` (a barrier that can be released) at a lower code address than the collective
+// is left alone: those lanes are behind, and go first.
+bool release_stuck_simd(Worker* w, const void* barrier) {
   const mtw_group& g = w->group;
   uint32_t simdgroups = (g.nthreads + MTW_SIMD_WIDTH - 1) / MTW_SIMD_WIDTH;
   bool released = false;
@@ -181,6 +183,7 @@ bool release_stuck_simd(Worker* w) {
         best_count = tw.collectives;
       }
     }
+    if (barrier && barrier < best_site && lanes_at(w, sg, barrier)) continue;
     uint32_t mask = 0;
     for (uint32_t lane = 0; lane < MTW_SIMD_WIDTH; ++lane) {
       if ((waiting & (1u << lane)) && w->waits[sg * MTW_SIMD_WIDTH + lane].site == best_site)
@@ -192,31 +195,130 @@ bool release_stuck_simd(Worker* w) {
   return released;
 }
 
-void report_deadlock(Worker* w) {
+// Barriers as Apple GPUs run them. A threadgroup barrier counts SIMD-groups, not
+// threads: a SIMD-group executes the barrier instruction once, for whichever of its lanes
+// are active, and lanes that have returned are simply inactive. So threads that exited
+// never hold a barrier back, and a barrier inside a branch that only some lanes of each
+// SIMD-group take completes once every SIMD-group with live lanes has reached it, its
+// other lanes waiting at their reconvergence point. MLX relies on both: gemv.h and
+// gemv_t's loop put threadgroup_barrier inside `if (thrN == 0)` and
+// `if (out_col < out_vec_size)`, fft.h returns out-of-bounds threads before its barriers,
+// and MLX ships these kernels for Apple GPUs. The MSL specification (section 6.9, "all
+// threads of the threadgroup must execute the barrier") leaves such code undefined, so
+// the sanitizer reports each such barrier as barrier divergence.
+//
+// Here, where each lane runs on as far as it can, a lane that skipped the barrier is
+// blocked further on (at another barrier or a SIMD-group function) or has returned. A
+// barrier is released when every SIMD-group with live lanes has at least one lane
+// waiting at it. Which first, when several can be: one no waiting lane has gone round a
+// loop to (the lanes at the others are behind), then the lowest code address.
+constexpr uint32_t kBarrierCandidates = 16;
+
+bool lanes_at(const Worker* w, uint32_t sg, const void* site) {
+  uint32_t first = sg * MTW_SIMD_WIDTH, end = first + lanes_in(w->group, sg);
+  for (uint32_t t = first; t < end; ++t)
+    if (w->waits[t].kind == kAtBarrier && w->waits[t].site == site) return true;
+  return false;
+}
+
+// Whether every SIMD-group with live lanes has a lane waiting at `site`.
+bool every_simdgroup_at(const Worker* w, const void* site) {
   const mtw_group& g = w->group;
-  uint32_t at_barrier = 0, first_waiting = kNoThread, first_returned = kNoThread;
-  for (uint32_t t = 0; t < g.nthreads; ++t) {
-    if (w->waits[t].kind == kAtBarrier) {
-      ++at_barrier;
-      if (first_waiting == kNoThread) first_waiting = t;
-    } else if (first_returned == kNoThread) {
-      first_returned = t;
+  uint32_t simdgroups = (g.nthreads + MTW_SIMD_WIDTH - 1) / MTW_SIMD_WIDTH;
+  for (uint32_t sg = 0; sg < simdgroups; ++sg) {
+    if (g.simd_done[sg] == lanes_in(g, sg)) continue;  // every lane returned
+    if (!lanes_at(w, sg, site)) return false;
+  }
+  return true;
+}
+
+// The barrier to release when nothing can run, or null if none can be.
+const void* releasable_barrier(const Worker* w) {
+  const mtw_group& g = w->group;
+  const void* sites[kBarrierCandidates];
+  uint32_t count = 0;
+  for (uint32_t t = 0; t < g.nthreads && count < kBarrierCandidates; ++t) {
+    const ThreadWait& tw = w->waits[t];
+    if (tw.kind != kAtBarrier) continue;
+    bool seen = false;
+    for (uint32_t i = 0; i < count && !seen; ++i) seen = sites[i] == tw.site;
+    if (!seen) sites[count++] = tw.site;
+  }
+  const void* best = nullptr;
+  bool best_looped = false;
+  for (uint32_t i = 0; i < count; ++i) {
+    if (!every_simdgroup_at(w, sites[i])) continue;
+    bool looped = false;
+    for (uint32_t t = 0; t < g.nthreads && !looped; ++t)
+      looped = w->waits[t].kind == kAtBarrier && w->waits[t].site == sites[i] &&
+               w->waits[t].last_barrier == sites[i];
+    if (!best || (best_looped && !looped) || (looped == best_looped && sites[i] < best)) {
+      best = sites[i];
+      best_looped = looped;
     }
   }
-  char waiting[160] = "", returned[160] = "";
-  if (first_waiting != kNoThread) describe_thread(w, first_waiting, waiting, sizeof(waiting));
-  if (first_returned != kNoThread) describe_thread(w, first_returned, returned, sizeof(returned));
-  if (w->dispatch->launch.sanitize && first_waiting != kNoThread) {
-    sanitizer_report(w, MTW_FINDING_BARRIER_DIVERGENCE, first_waiting,
-                     first_returned != kNoThread ? first_returned : first_waiting,
-                     w->waits[first_waiting].site);
+  return best;
+}
+
+// Lets the threads waiting at `site` go on (except `self`, which simply continues).
+void release_barrier(Worker* w, const void* site, uint32_t self) {
+  const mtw_group& g = w->group;
+  uint32_t released = 0, first_here = kNoThread, first_missing = kNoThread;
+  for (uint32_t u = 0; u < g.nthreads; ++u) {
+    ThreadWait& tw = w->waits[u];
+    if (tw.kind == kAtBarrier && tw.site == site) {
+      tw.kind = kNotWaiting;
+      tw.last_barrier = site;
+      ++released;
+      if (first_here == kNoThread) first_here = u;
+      if (u != self) w->runnable.push(tw.fiber);
+    } else if (first_missing == kNoThread) {
+      first_missing = u;
+    }
   }
+  w->barrier_arrived -= released;
+  w->barrier_epoch += 1;
+  if (first_missing != kNoThread && w->dispatch->launch.sanitize)
+    sanitizer_report(w, MTW_FINDING_BARRIER_DIVERGENCE, first_here, first_missing, site);
+}
+
+// Nothing can run: release a collective or a barrier. Returns false on a true deadlock.
+bool resolve_stuck(Worker* w) {
+  const void* barrier = releasable_barrier(w);
+  if (release_stuck_simd(w, barrier)) return true;
+  if (!barrier) return false;
+  release_barrier(w, barrier, kNoThread);
+  return true;
+}
+
+// A true deadlock: threads wait at a barrier that some SIMD-group with live lanes has
+// none at, and no collective is left to release.
+void report_deadlock(Worker* w) {
+  const mtw_group& g = w->group;
+  uint32_t here = kNoThread, there = kNoThread;
+  for (uint32_t t = 0; t < g.nthreads && there == kNoThread; ++t) {
+    if (w->waits[t].kind != kAtBarrier) continue;
+    here = t;
+    for (uint32_t u = 0; u < g.nthreads; ++u) {
+      if (w->waits[u].kind == kAtBarrier && w->waits[u].site != w->waits[t].site &&
+          !lanes_at(w, u / MTW_SIMD_WIDTH, w->waits[t].site)) {
+        there = u;
+        break;
+      }
+    }
+  }
+  if (there == kNoThread) there = here;
+  char first[160] = "", second[160] = "";
+  if (here != kNoThread) describe_thread(w, here, first, sizeof(first));
+  if (there != kNoThread) describe_thread(w, there, second, sizeof(second));
+  if (w->dispatch->launch.sanitize && here != kNoThread)
+    sanitizer_report(w, MTW_FINDING_BARRIER_DIVERGENCE, here, there, w->waits[here].site);
   w->failure = MTW_DEADLOCK;
   snprintf(w->message, sizeof(w->message),
-           "%u of %u threads wait at threadgroup_barrier (first: %s) while %u "
-           "returned without reaching it (first: %s); every thread of a threadgroup must "
-           "reach each barrier",
-           at_barrier, g.nthreads, waiting, g.nthreads - at_barrier, returned);
+           "barrier divergence: threads wait at different threadgroup_barrier calls (%s and "
+           "%s) and no SIMD-group has lanes at both, so neither barrier can complete; every "
+           "SIMD-group with threads still running must reach the same barrier",
+           first, second);
 }
 
 }  // namespace
@@ -240,9 +342,56 @@ void describe_thread(const Worker* w, uint32_t linear, char* out, size_t size) {
 
 void reset_fibers(Worker* w) {
   w->free_fibers = nullptr;
-  for (uint32_t i = 0; i < w->fiber_count; ++i) give_back(w, w->all_fibers[i]);
+  for (uint32_t i = 0; i < w->fiber_count; ++i) {
+    w->all_fibers[i]->worker = w;
+    give_back(w, w->all_fibers[i]);
+  }
   w->runnable.head = w->runnable.tail = 0;
   w->running = nullptr;
+}
+
+namespace {
+
+void record_live(Worker* w, uint32_t linear, uint32_t state, uintptr_t pc) {
+  Dispatch* d = w->dispatch;
+  __atomic_fetch_add(&d->live_total, 1, __ATOMIC_RELAXED);
+  uint32_t slot = __atomic_fetch_add(&d->live_slots, 1, __ATOMIC_RELAXED);
+  if (slot >= kLiveRecorded) return;
+  mtw_live_thread& out = d->live[slot];
+  const mtw_group& g = w->group;
+  memcpy(out.group, g.group_pos, sizeof(out.group));
+  if (g.barrier_free) {  // its loop does not record which thread runs
+    out.thread[0] = out.thread[1] = out.thread[2] = 0xFFFFFFFFu;
+  } else {
+    out.thread[0] = linear % g.tg_size[0];
+    out.thread[1] = (linear / g.tg_size[0]) % g.tg_size[1];
+    out.thread[2] = linear / (g.tg_size[0] * g.tg_size[1]);
+  }
+  out.state = state;
+  out.reserved = 0;
+  out.pc = pc;
+}
+
+}  // namespace
+
+void record_live_threads(Worker* w, uintptr_t running_pc) {
+  const mtw_group& g = w->group;
+  if (g.barrier_free) {
+    record_live(w, 0, MTW_LIVE_RUNNING, running_pc);
+    return;
+  }
+  bool ready[MTW_MAX_THREADS] = {};
+  for (uint32_t i = w->runnable.head; i != w->runnable.tail; i = (i + 1) % (MTW_MAX_THREADS + 1))
+    if (w->runnable.items[i]->thread < g.nthreads) ready[w->runnable.items[i]->thread] = true;
+  uint32_t started = g.next_thread < g.nthreads ? g.next_thread : g.nthreads;
+  for (uint32_t t = 0; t < started; ++t) {
+    const ThreadWait& tw = w->waits[t];
+    uintptr_t site = reinterpret_cast<uintptr_t>(tw.site);
+    if (w->running && t == g.current) record_live(w, t, MTW_LIVE_RUNNING, running_pc);
+    else if (tw.kind == kAtBarrier) record_live(w, t, MTW_LIVE_AT_BARRIER, site);
+    else if (tw.kind == kAtSimd) record_live(w, t, MTW_LIVE_AT_SIMD, site);
+    else if (ready[t]) record_live(w, t, MTW_LIVE_READY, site);
+  }
 }
 
 int run_threadgroup(Worker* w, uint64_t index) {
@@ -256,9 +405,9 @@ int run_threadgroup(Worker* w, uint64_t index) {
   g.group_pos[2] = uint32_t(rest / d->groups[1]);
   g.nthreads = 1;
   for (int k = 0; k < 3; ++k) {
-    uint32_t start = g.group_pos[k] * launch.threadgroup[k];
-    uint32_t left = launch.grid[k] - start;
-    g.tg_size[k] = left < launch.threadgroup[k] ? left : launch.threadgroup[k];
+    uint64_t start = uint64_t(g.group_pos[k]) * launch.threadgroup[k];
+    uint64_t left = launch.grid[k] - start;
+    g.tg_size[k] = uint32_t(left < launch.threadgroup[k] ? left : launch.threadgroup[k]);
     g.nthreads *= g.tg_size[k];
   }
   g.next_thread = 0;
@@ -303,7 +452,7 @@ int run_threadgroup(Worker* w, uint64_t index) {
       }
     } else if (g.done == g.nthreads) {
       break;
-    } else if (release_stuck_simd(w)) {
+    } else if (resolve_stuck(w)) {
       continue;
     } else {
       report_deadlock(w);
@@ -342,29 +491,19 @@ extern "C" void mtw_threadgroup_barrier(uint32_t) {
   tw.site = site;
   tw.fiber = f;
   f->thread = t;
-  if (++w->barrier_arrived < g.nthreads) {
+  if (++w->barrier_arrived + g.done < g.nthreads) {
     block(w, f);
     return;
   }
+  // Every live thread waits at a barrier: when it is this one, go on at once; else the
+  // scheduler decides (release_barrier's rule), once nothing else can run.
   for (uint32_t u = 0; u < g.nthreads; ++u) {
-    if (w->waits[u].site == site) continue;
-    char here[160], there[160], message[512];
-    describe_thread(w, t, here, sizeof(here));
-    describe_thread(w, u, there, sizeof(there));
-    if (w->dispatch->launch.sanitize)
-      sanitizer_report(w, MTW_FINDING_BARRIER_DIVERGENCE, t, u, site);
-    snprintf(message, sizeof(message),
-             "barrier divergence: threads wait at different threadgroup_barrier calls "
-             "(%s and %s); all threads of a threadgroup must reach the same barrier",
-             here, there);
-    fail(w, MTW_DEADLOCK, message);
+    if (w->waits[u].kind == kAtBarrier && w->waits[u].site != site) {
+      block(w, f);
+      return;
+    }
   }
-  w->barrier_arrived = 0;
-  w->barrier_epoch += 1;
-  for (uint32_t u = 0; u < g.nthreads; ++u) {
-    w->waits[u].kind = kNotWaiting;
-    if (u != t) w->runnable.push(w->waits[u].fiber);
-  }
+  release_barrier(w, site, t);
 }
 
 extern "C" void mtw_simd_collective(const void* in, void* out, mtw_combine_fn combine) {
