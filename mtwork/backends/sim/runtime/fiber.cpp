@@ -123,12 +123,13 @@ void fiber_prepare(Fiber* fiber, void (*start)()) {
 #endif
 }
 
-StackPlace stack_place(uintptr_t address) {
+StackPlace stack_place(uintptr_t address, const Fiber* fiber) {
   uintptr_t base = reinterpret_cast<uintptr_t>(fiber_arena);
   if (!fiber_arena || address < base || region_of(address) >= fiber_regions) return kNotInArena;
-  uintptr_t offset = (address - base) & (kFiberRegion - 1);
-  if (offset < kGuardBelow) return kBelowStack;
-  if (offset < kGuardBelow + kFiberStack) return kInStack;
+  size_t region = fiber ? size_t(fiber - fiber_headers) : region_of(address);
+  uintptr_t lo = reinterpret_cast<uintptr_t>(stack_bottom(region));
+  if (address < lo) return kBelowStack;
+  if (address < lo + kFiberStack) return kInStack;
   return kAboveStack;
 }
 

@@ -38,7 +38,7 @@ struct Fiber {
 
 enum FiberState : uint32_t { kFiberFree = 0, kFiberRunning, kFiberBlocked, kFiberFinished };
 
-// Where a faulting address lies relative to the fiber stacks.
+// Where an address lies relative to a fiber's stack.
 enum StackPlace { kNotInArena = 0, kInStack, kBelowStack, kAboveStack };
 
 extern "C" void mtw_switch(void** save_sp, void* new_sp);
@@ -62,7 +62,8 @@ bool fiber_arena_init(uint32_t workers);
 Fiber* fiber_create(Worker* worker, uint32_t worker_index, uint32_t index);
 // Prepares `fiber` to start at `start` the next time it is switched to.
 void fiber_prepare(Fiber* fiber, void (*start)());
-// Classifies `address`; async-signal-safe (arithmetic only).
-StackPlace stack_place(uintptr_t address);
+// Where `address` lies relative to `fiber`'s stack (null: the stack of the region it is
+// in); kNotInArena outside every fiber region.
+StackPlace stack_place(uintptr_t address, const Fiber* fiber = nullptr);
 
 }  // namespace mtw

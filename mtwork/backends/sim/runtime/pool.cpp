@@ -167,7 +167,7 @@ void describe_fault(Worker* w, int sig) {
   describe_thread(w, w->group.current, where, sizeof(where));
   uintptr_t addr = w->fault_address;
   bool memory = sig == SIGSEGV || sig == SIGBUS;
-  StackPlace place = memory ? stack_place(addr) : kNotInArena;
+  StackPlace place = memory ? stack_place(addr, w->running) : kNotInArena;
   size_t kib = kFiberStack / 1024;
   if (place == kBelowStack) {
     snprintf(w->message, sizeof(w->message),
