@@ -65,7 +65,9 @@ void mtw_entry(mtw_group* g, void* const* b) {{
     // The runtime (and the sanitizer's access checks) read g->current: keep the store here.
     __asm__ volatile("" ::: "memory");
     const uint3 local = mtw_attr::local_of(g, i);
-    {function}(
+    // Not inlined into this loop: rotating the loop would put the kernel's last blocks
+    // before its first, and the runtime orders diverged lanes by code address.
+    [[clang::noinline]] {function}(
           {args});
     g->done += 1;
     g->simd_done[i / MTW_SIMD_WIDTH] += 1;
