@@ -111,6 +111,20 @@ extern int pool_size;
 // worker's own stack (no thread-local lookup, which may allocate in a dlopen'ed library).
 Worker* worker_here();
 
+constexpr uint32_t kNoThread = 0xFFFFFFFFu;
+
+// For code running on a fiber: suspends it until another fiber makes it runnable;
+// fails the threadgroup (control goes back to the scheduler); refuses blocking on the
+// barrier-free path.
+void block(Worker* worker, Fiber* fiber);
+[[noreturn]] void fail(Worker* worker, int status, const char* message);
+void check_may_block(Worker* worker, const char* what);
+
+// convergence.cpp. When nothing can run: releases a SIMD-group function or a barrier
+// (false when none can be: a deadlock, which report_deadlock then describes).
+bool resolve_stuck(Worker* worker);
+void report_deadlock(Worker* worker);
+
 // Runs threadgroup `index` of the worker's dispatch; returns an mtw_status.
 int run_threadgroup(Worker* worker, uint64_t index);
 // Describes thread `linear` of the worker's current group, e.g. "thread (3,0,0) of
