@@ -72,6 +72,11 @@ TARGET_FLAGS = (
     ("-march=native", "-mno-avx512bf16") if platform.machine() in ("x86_64", "AMD64") else ()
 )
 KERNEL_DEFINES = ("-D__METAL_VERSION__=320", "-DMLX_METAL_JIT", "-D__HAVE_MTWORK_EMULATOR__=1")
+# Kernels keep the arrays they index on a private stack of their own (clang's SafeStack;
+# the runtime says where each fiber's is): a thread-private array indexed out of bounds,
+# which the GPU tolerates (MLX's layer_norm writes below one), then overwrites the
+# thread's own scratch rather than a return address (see runtime/fiber.h).
+KERNEL_FLAGS = ("-fsanitize=safe-stack", "-mllvm", "-safestack-use-pointer-address")
 
 _build_lock = threading.Lock()
 
@@ -218,7 +223,8 @@ def compile_kernel(tu: Translation, math_mode: str, kernel_label: str,
     `include_dirs` are searched after the shim and MLX's headers (`-I`, in order);
     `sanitize` builds the instrumented variant the sanitizer mode runs.
     """
-    flags = [*COMMON_FLAGS, *TARGET_FLAGS, *MATH_MODE_FLAGS[math_mode], *KERNEL_DEFINES]
+    flags = [*COMMON_FLAGS, *TARGET_FLAGS, *MATH_MODE_FLAGS[math_mode], *KERNEL_DEFINES,
+             *KERNEL_FLAGS]
     if sanitize:
         flags += SANITIZE_FLAGS
     user_includes = [arg for d in include_dirs for arg in ("-I", str(d))]

@@ -22,7 +22,7 @@ from ...errors import (
 from ...limits import MAX_THREADS_PER_THREADGROUP, THREADGROUP_MEMORY_BYTES
 from .compiler import runtime_library
 
-ABI_VERSION = 2
+ABI_VERSION = 3
 DEFAULT_TIMEOUT_S = 120.0
 # Metal takes a grid as three 32-bit counts (MTLDispatchThreadsIndirectArguments'
 # threadsPerGrid is (UInt32, UInt32, UInt32); thread_position_in_grid is a uint3).

@@ -125,9 +125,9 @@ bool release_stuck_simd(Worker* w, const void* barrier) {
 // other lanes waiting at their reconvergence point. MLX relies on both: gemv.h and
 // gemv_t's loop put threadgroup_barrier inside `if (thrN == 0)` and
 // `if (out_col < out_vec_size)`, fft.h returns out-of-bounds threads before its barriers,
-// and MLX ships these kernels for Apple GPUs. The MSL specification (section 6.9, "all
-// threads of the threadgroup must execute the barrier") leaves such code undefined, so
-// the sanitizer reports each such barrier as barrier divergence.
+// and MLX ships these kernels for Apple GPUs. The MSL specification (section 6.9) asks
+// every thread of the threadgroup to execute the barrier and leaves such code undefined,
+// so the sanitizer reports each such barrier as barrier divergence.
 //
 // Here, where each lane runs on as far as it can, a lane that skipped the barrier is
 // blocked further on (at another barrier or a SIMD-group function) or has returned. A
@@ -186,6 +186,8 @@ const void* releasable_barrier(const Worker* w) {
 void release_barrier(Worker* w, const void* site, uint32_t self) {
   const mtw_group& g = w->group;
   uint32_t released = 0, first_here = kNoThread, first_missing = kNoThread;
+  const void* rest_site = nullptr;  // where the threads left waiting wait
+  uint32_t rest_elsewhere = 0;
   for (uint32_t u = 0; u < g.nthreads; ++u) {
     ThreadWait& tw = w->waits[u];
     if (tw.kind == kAtBarrier && tw.site == site) {
@@ -194,11 +196,16 @@ void release_barrier(Worker* w, const void* site, uint32_t self) {
       ++released;
       if (first_here == kNoThread) first_here = u;
       if (u != self) w->runnable.push(tw.fiber);
-    } else if (first_missing == kNoThread) {
-      first_missing = u;
+      continue;
     }
+    if (first_missing == kNoThread) first_missing = u;
+    if (tw.kind != kAtBarrier) continue;
+    if (!rest_site) rest_site = tw.site;
+    else if (tw.site != rest_site) ++rest_elsewhere;
   }
   w->barrier_arrived -= released;
+  w->barrier_site = rest_site;
+  w->barrier_elsewhere = rest_elsewhere;
   w->barrier_epoch += 1;
   if (first_missing != kNoThread && w->dispatch->launch.sanitize)
     sanitizer_report(w, MTW_FINDING_BARRIER_DIVERGENCE, first_here, first_missing, site);
@@ -261,17 +268,13 @@ extern "C" void mtw_threadgroup_barrier(uint32_t) {
   tw.site = site;
   tw.fiber = f;
   f->thread = t;
-  if (++w->barrier_arrived + g.done < g.nthreads) {
+  if (w->barrier_arrived == 0) w->barrier_site = site;
+  else if (site != w->barrier_site) ++w->barrier_elsewhere;
+  // Go on at once when every live thread waits here; when some wait at other barriers,
+  // the scheduler decides (release_barrier's rule) once nothing else can run.
+  if (++w->barrier_arrived + g.done < g.nthreads || w->barrier_elsewhere) {
     block(w, f);
     return;
-  }
-  // Every live thread waits at a barrier: when it is this one, go on at once; else the
-  // scheduler decides (release_barrier's rule), once nothing else can run.
-  for (uint32_t u = 0; u < g.nthreads; ++u) {
-    if (w->waits[u].kind == kAtBarrier && w->waits[u].site != site) {
-      block(w, f);
-      return;
-    }
   }
   release_barrier(w, site, t);
 }

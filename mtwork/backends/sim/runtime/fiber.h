@@ -1,10 +1,13 @@
 // Fibers: one stack per suspended GPU thread, switched by hand-written assembly.
 //
 // All fiber stacks live in one arena reserved at start-up. Each fiber owns a region of
-// kFiberRegion bytes: a guard below its stack, the stack, a guard above. Guards are
-// never mapped, so a frame too big for the stack (kernels are built with stack probes,
-// which touch every page a frame takes, in order) or a private array indexed far outside
-// its bounds faults in the thread's own guard instead of reaching another fiber's stack.
+// kFiberRegion bytes, from low to high addresses: a guard, its call stack (frames,
+// spills, return addresses), a guard, its private stack, a guard. Kernels are built with
+// clang's SafeStack, which puts every array a kernel indexes (its thread-private arrays)
+// on the private stack, and with stack probes, which make a frame touch each of its pages
+// in order. So a private array indexed outside its bounds writes the thread's own scratch
+// (as on the GPU) and never a return address; indexed far outside, or too big, it faults
+// in the thread's own guards instead of reaching another fiber. Guards are never mapped.
 // The Fiber headers sit outside the arena, in a table indexed by region, so no write
 // relative to a stack can reach the runtime's bookkeeping; a fiber finds its header from
 // the stack pointer with one subtraction and one shift.
@@ -17,20 +20,29 @@ namespace mtw {
 
 struct Worker;
 
-constexpr size_t kPage = 4096;
-constexpr size_t kFiberStack = size_t(256) << 10;       // usable stack of one GPU thread
-constexpr size_t kGuardBelow = size_t(512) << 10;       // faults: overflow, negative indices
-constexpr size_t kGuardAbove = size_t(256) << 10;       // faults: indices past a frame's top
+constexpr size_t kKiB = 1024;
+constexpr size_t kGuardBelow = 192 * kKiB;    // faults: frames overflowing the call stack
+constexpr size_t kFiberStack = 256 * kKiB;    // frames, spills, return addresses, and
+                                              // arrays SafeStack proves indexed in bounds
+constexpr size_t kGuardBetween = 128 * kKiB;  // faults: private arrays too big, or indexed
+                                              // far below their start
+constexpr size_t kPrivateStack = 256 * kKiB;  // thread-private arrays
+constexpr size_t kGuardAbove = 192 * kKiB;    // faults: private arrays indexed far past
+                                              // their end
 constexpr int kFiberRegionShift = 20;
 constexpr size_t kFiberRegion = size_t(1) << kFiberRegionShift;
-static_assert(kGuardBelow + kFiberStack + kGuardAbove == kFiberRegion, "region layout");
+static_assert(kGuardBelow + kFiberStack + kGuardBetween + kPrivateStack + kGuardAbove ==
+                  kFiberRegion,
+              "region layout");
 // Fibers per worker: one per thread of the largest threadgroup, plus the one that starts
 // the next thread while all others wait.
 constexpr uint32_t kFibersPerWorker = 1024 + 1;
 
-struct Fiber {
+// One cache line, so the table lookup is a shift and neighbours do not share lines.
+struct alignas(64) Fiber {
   Worker* worker;
   void* sp;          // saved stack pointer while suspended
+  void* private_sp;  // SafeStack's stack pointer for the private stack
   uint32_t thread;   // linear thread index this fiber is running
   uint32_t state;    // FiberState
   Fiber* next_free;
@@ -38,15 +50,17 @@ struct Fiber {
 
 enum FiberState : uint32_t { kFiberFree = 0, kFiberRunning, kFiberBlocked, kFiberFinished };
 
-// Where an address lies relative to a fiber's stack.
-enum StackPlace { kNotInArena = 0, kInStack, kBelowStack, kAboveStack };
+// Where an address lies relative to a fiber's stacks.
+enum StackPlace { kNotInArena = 0, kInStack, kBelowStack, kBelowPrivate, kAboveStack };
 
 extern "C" void mtw_switch(void** save_sp, void* new_sp);
 
-// The arena (null until fiber_arena_init) and the header of each of its regions.
-extern char* fiber_arena;
-extern Fiber* fiber_headers;
-extern size_t fiber_regions;
+// The arena (null until fiber_arena_init) and the header of each of its regions. Hidden:
+// read on every barrier and SIMD-group function, PC-relative rather than through the GOT.
+#define MTW_HIDDEN __attribute__((visibility("hidden")))
+extern char* fiber_arena MTW_HIDDEN;
+extern Fiber* fiber_headers MTW_HIDDEN;
+extern size_t fiber_regions MTW_HIDDEN;
 
 inline size_t region_of(uintptr_t address) {
   return (address - reinterpret_cast<uintptr_t>(fiber_arena)) >> kFiberRegionShift;

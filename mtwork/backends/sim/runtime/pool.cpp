@@ -22,6 +22,16 @@ using namespace mtw;
 Worker** mtw::workers = nullptr;
 int mtw::pool_size = 0;
 
+// SafeStack (kernels are built with -fsanitize=safe-stack and
+// -safestack-use-pointer-address) asks here where the private stack pointer lives: the
+// fiber's, or for kernel code the scheduler runs on its own stack (the combine functions
+// of SIMD-group functions), the worker's.
+extern "C" __attribute__((visibility("default"))) void** __safestack_pointer_address() {
+  uintptr_t sp = reinterpret_cast<uintptr_t>(__builtin_frame_address(0));
+  if (stack_place(sp) == kInStack) return &fiber_headers[region_of(sp)].private_sp;
+  return &worker_here()->private_sp;
+}
+
 Worker* mtw::worker_here() {
   uintptr_t sp = reinterpret_cast<uintptr_t>(__builtin_frame_address(0));
   if (stack_place(sp) == kInStack) return fiber_headers[region_of(sp)].worker;
@@ -168,13 +178,18 @@ void describe_fault(Worker* w, int sig) {
   uintptr_t addr = w->fault_address;
   bool memory = sig == SIGSEGV || sig == SIGBUS;
   StackPlace place = memory ? stack_place(addr, w->running) : kNotInArena;
-  size_t kib = kFiberStack / 1024;
   if (place == kBelowStack) {
     snprintf(w->message, sizeof(w->message),
-             "stack overflow in %s: the thread's frames and private arrays need more than "
-             "the %zu KiB emulated stack, or a private array was indexed far below its start "
+             "stack overflow in %s: the thread's frames need more than the %zu KiB emulated "
+             "stack (large private arrays, or deep recursion?), or a private array was "
+             "indexed far below its start (address %p)",
+             where, kFiberStack / kKiB, reinterpret_cast<void*>(addr));
+  } else if (place == kBelowPrivate) {
+    snprintf(w->message, sizeof(w->message),
+             "stack overflow in %s: the thread's private arrays need more than the %zu KiB "
+             "emulated private memory, or a private array was indexed far below its start "
              "(address %p)",
-             where, kib, reinterpret_cast<void*>(addr));
+             where, kPrivateStack / kKiB, reinterpret_cast<void*>(addr));
   } else if (place == kAboveStack) {
     snprintf(w->message, sizeof(w->message),
              "access above the thread's stack in %s: a private array indexed far past its "
@@ -292,6 +307,9 @@ bool ensure_pool() {
     Worker* w = static_cast<Worker*>(calloc(1, sizeof(Worker)));
     if (!w) return false;
     w->index = uint32_t(i);
+    w->private_stack = static_cast<char*>(aligned_alloc(64, kWorkerPrivateStack));
+    if (!w->private_stack) return false;
+    w->private_sp = w->private_stack + kWorkerPrivateStack;
     w->tg_memory = static_cast<char*>(aligned_alloc(64, kTgMemoryCapacity));
     workers[i] = w;
   }

@@ -8,61 +8,9 @@ namespace mtw {
 namespace {
 
 Worker* worker_of(Fiber* fiber) { return fiber->worker; }
-
-Fiber* take_fiber(Worker* w);
+void fiber_main();
 
 }  // namespace
-
-// A kernel guessed barrier-free runs as plain loops with nothing to suspend; when it
-// blocks after all, the dispatch stops and the caller runs it again on the general path.
-void check_may_block(Worker* w, const char* what) {
-  if (!w->group.barrier_free) return;
-  char message[256];
-  snprintf(message, sizeof(message), "%s called in a kernel run as barrier-free", what);
-  fail(w, MTW_NEEDS_FIBERS, message);
-}
-
-[[noreturn]] void fail(Worker* w, int status, const char* message) {
-  w->failure = status;
-  snprintf(w->message, sizeof(w->message), "%s", message);
-  Fiber* f = current_fiber();
-  mtw_switch(&f->sp, w->scheduler_sp);
-  __builtin_unreachable();
-}
-
-// Suspends the calling fiber. Control goes straight to the next runnable fiber (or a new
-// one for the next unstarted thread), without a round trip through the scheduler; only
-// when neither exists does the scheduler take over (finished group, or stuck threads).
-void block(Worker* w, Fiber* f) {
-  f->state = kFiberBlocked;
-  mtw_group& g = w->group;
-  Fiber* next = nullptr;
-  if (!w->runnable.empty()) {
-    next = w->runnable.pop();
-    g.current = next->thread;
-  } else if (g.next_thread < g.nthreads) {
-    next = take_fiber(w);
-  }
-  if (!next) {
-    mtw_switch(&f->sp, w->scheduler_sp);
-    return;
-  }
-  w->running = next;
-  next->state = kFiberRunning;
-  mtw_switch(&f->sp, next->sp);
-}
-
-namespace {
-
-void fiber_main() {
-  Fiber* f = current_fiber();
-  Worker* w = worker_of(f);
-  const mtw_launch& launch = w->dispatch->launch;
-  launch.entry(&w->group, launch.buffers);
-  f->state = kFiberFinished;
-  mtw_switch(&f->sp, w->scheduler_sp);
-  __builtin_unreachable();
-}
 
 Fiber* take_fiber(Worker* w) {
   Fiber* f = w->free_fibers;
@@ -78,6 +26,47 @@ Fiber* take_fiber(Worker* w) {
   f->state = kFiberRunning;
   f->thread = kNoThread;
   return f;
+}
+
+
+void refuse_blocking(Worker* w, const char* what) {
+  char message[256];
+  snprintf(message, sizeof(message), "%s called in a kernel run as barrier-free", what);
+  fail(w, MTW_NEEDS_FIBERS, message);
+}
+
+[[noreturn]] void fail(Worker* w, int status, const char* message) {
+  w->failure = status;
+  snprintf(w->message, sizeof(w->message), "%s", message);
+  Fiber* f = current_fiber();
+  mtw_switch(&f->sp, w->scheduler_sp);
+  __builtin_unreachable();
+}
+
+namespace {
+
+// A fiber takes threads from its group one after another; one that blocks stays
+// suspended here, and another fiber goes on with the next unstarted thread.
+void fiber_main() {
+  Fiber* f = current_fiber();
+  Worker* w = worker_of(f);
+  const mtw_launch& launch = w->dispatch->launch;
+  mtw_group& g = w->group;
+  if (g.barrier_free) {
+    launch.entry(&g, launch.buffers);  // every thread, in plain loops
+  } else {
+    while (g.next_thread < g.nthreads) {
+      const uint32_t i = g.next_thread++;
+      g.current = i;
+      g.tg_cursor[i] = g.tg_static_bytes;
+      launch.entry(&g, launch.buffers);
+      g.done += 1;
+      g.simd_done[i / MTW_SIMD_WIDTH] += 1;
+    }
+  }
+  f->state = kFiberFinished;
+  mtw_switch(&f->sp, w->scheduler_sp);
+  __builtin_unreachable();
 }
 
 void give_back(Worker* w, Fiber* f) {
@@ -193,6 +182,7 @@ int run_threadgroup(Worker* w, uint64_t index) {
   }
   g.tg_memory_used = launch.tg_static_bytes;
   w->barrier_arrived = 0;
+  w->barrier_elsewhere = 0;
   w->failure = MTW_OK;
   if (launch.sanitize) {
     if (!w->tg_shadow) {

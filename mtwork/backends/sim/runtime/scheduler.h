@@ -71,8 +71,13 @@ struct Dispatch {
   SanitizerState san;
 };
 
+constexpr size_t kWorkerPrivateStack = size_t(64) << 10;
+
 struct Worker {
   uint32_t index = 0;             // in the pool: which slice of the fiber arena is ours
+  // SafeStack's private stack for kernel code run off a fiber (see pool.cpp).
+  char* private_stack = nullptr;
+  void* private_sp = nullptr;
   Dispatch* dispatch = nullptr;
   mtw_group group;
   void* scheduler_sp = nullptr;   // the worker's own context while a fiber runs
@@ -81,7 +86,9 @@ struct Worker {
   Fiber* all_fibers[kFibersPerWorker];
   uint32_t fiber_count = 0;
   RunQueue runnable;
-  uint32_t barrier_arrived = 0;
+  uint32_t barrier_arrived = 0;     // threads waiting at any barrier
+  const void* barrier_site = nullptr;  // where the first of them waits
+  uint32_t barrier_elsewhere = 0;   // how many of them wait at other barriers
   ThreadWait waits[MTW_MAX_THREADS];
   SimdWait simd[MTW_MAX_SIMDGROUPS];
   char* tg_memory = nullptr;
@@ -113,12 +120,41 @@ Worker* worker_here();
 
 constexpr uint32_t kNoThread = 0xFFFFFFFFu;
 
-// For code running on a fiber: suspends it until another fiber makes it runnable;
-// fails the threadgroup (control goes back to the scheduler); refuses blocking on the
-// barrier-free path.
-void block(Worker* worker, Fiber* fiber);
+// For code running on a fiber: fails the threadgroup (control goes back to the
+// scheduler); refuses blocking on the barrier-free path (a kernel guessed barrier-free
+// runs as plain loops with nothing to suspend: when it blocks after all, the dispatch
+// stops and the caller runs it again on the general path).
 [[noreturn]] void fail(Worker* worker, int status, const char* message);
-void check_may_block(Worker* worker, const char* what);
+void refuse_blocking(Worker* worker, const char* what);
+inline void check_may_block(Worker* w, const char* what) {
+  if (w->group.barrier_free) refuse_blocking(w, what);
+}
+// A fiber for the next unstarted thread (null when out of memory).
+Fiber* take_fiber(Worker* w);
+
+// Suspends the calling fiber. Control goes straight to the next runnable fiber (or a new
+// one for the next unstarted thread), without a round trip through the scheduler; only
+// when neither exists does the scheduler take over (finished group, or stuck threads).
+inline void block(Worker* w, Fiber* f) {
+  f->state = kFiberBlocked;
+  mtw_group& g = w->group;
+  Fiber* next = nullptr;
+  if (!w->runnable.empty()) {
+    next = w->runnable.pop();
+    g.current = next->thread;
+  } else if (g.next_thread < g.nthreads) {
+    next = take_fiber(w);
+  }
+  if (!next) {
+    mtw_switch(&f->sp, w->scheduler_sp);
+    return;
+  }
+  w->running = next;
+  next->state = kFiberRunning;
+  mtw_switch(&f->sp, next->sp);
+}
+// Inlined into the barrier and SIMD-group paths: as a call of its own, the switch that
+// follows costs markedly more (bench/runtime.py).
 
 // convergence.cpp. When nothing can run: releases a SIMD-group function or a barrier
 // (false when none can be: a deadlock, which report_deadlock then describes).
