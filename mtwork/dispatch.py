@@ -254,10 +254,10 @@ def dims(value: Any, what: str, *, exactly_three: bool, prefix: str = "") -> tup
                    else "one to three positive integers (x[, y[, z]])")
         raise ValueError(f"{prefix}`{what}` must be {allowed}, got {value!r}")
     padded = [int(v) for v in items] + [1] * (3 - len(items))
-    too_big = [v for v in padded if v > MAX_GRID_DIMENSION]
-    if too_big:
-        raise ValueError(f"{prefix}`{what}` {tuple(padded)} has a dimension above "
-                         f"{MAX_GRID_DIMENSION} (2**32 - 1), the most Metal dispatches")
+    for axis, v in zip("xyz", padded):
+        if v > MAX_GRID_DIMENSION:
+            raise ValueError(f"{prefix}`{what}` {axis} = {v} is more than Metal dispatches: "
+                             f"each dimension holds 1 to {MAX_GRID_DIMENSION} (2**32 - 1)")
     return padded[0], padded[1], padded[2]
 
 
@@ -275,16 +275,18 @@ def geometry(grid: Any, threadgroup: Any, *, exactly_three: bool, max_threads: i
     return Geometry(dims(grid, grid_name, exactly_three=exactly_three, prefix=prefix), tg)
 
 
-def check_timeout(value: Any, what: str = "timeout") -> float | None:
-    """`value` as seconds: None, or a positive finite number."""
+def check_timeout(value: Any, what: str = "`timeout`") -> float | None:
+    """`value` as seconds: None (the default), or a positive finite number."""
     if value is None:
         return None
-    ok = isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(
-        value, (bool, np.bool_))
-    if not ok or not math.isfinite(value) or value <= 0:
-        raise ValueError(f"`{what}` must be a positive number of seconds (or None for the "
-                         f"default), got {value!r}")
-    return float(value)
+    allowed = "a positive, finite number of seconds"
+    if isinstance(value, (bool, np.bool_)) or not isinstance(
+            value, (int, float, np.integer, np.floating)):
+        raise TypeError(f"{what} must be {allowed}, got {value!r} ({type(value).__name__})")
+    seconds = float(value)
+    if not (math.isfinite(seconds) and seconds > 0):
+        raise ValueError(f"{what} must be {allowed}, got {value!r}")
+    return seconds
 
 
 def options(*, sanitize: Any = None, timeout: Any = None, isolate: Any = None) -> Options:

@@ -26,15 +26,6 @@ from dataclasses import dataclass, field
 
 from .errors import KernelFault
 
-KINDS = {
-    1: "out-of-bounds access",
-    2: "write to an input buffer",
-    3: "threadgroup memory race",
-    4: "read of uninitialized threadgroup memory",
-    5: "SIMD divergence",
-    6: "barrier divergence",
-}
-
 
 @dataclass(frozen=True)
 class Finding:

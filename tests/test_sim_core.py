@@ -283,19 +283,22 @@ def test_wild_pointer_is_a_kernel_fault_naming_kernel_and_thread():
     assert mx.array_equal(_copy_kernel()(**GOOD)[0], mx.zeros((1,)))
 
 
-def test_barrier_after_early_return_is_a_deadlock():
+def test_barrier_after_early_return_runs_as_on_the_gpu():
+    # Threads that returned do not hold a barrier back on Apple GPUs (MLX's fft.h relies
+    # on it); the sanitizer reports it (see test_sanitizer.py).
     kernel = mtwork.metal_kernel("early", ["a"], ["out"], """
         if (thread_position_in_threadgroup.x == 5) return;
         threadgroup_barrier(mem_flags::mem_threadgroup);
-        out[0] = 1;
+        out[thread_position_in_grid.x] = 1;
     """)
-    with pytest.raises(mtwork.KernelDeadlock, match="early.*31 of 32 threads wait"):
-        kernel(**{**GOOD, "grid": (32, 1, 1), "threadgroup": (32, 1, 1)})
+    out = kernel(**{**GOOD, "grid": (32, 1, 1), "threadgroup": (32, 1, 1),
+                    "output_shapes": [(32,)], "init_value": 0})[0]
+    assert np.array_equal(np.array(out), np.where(np.arange(32) == 5, 0, 1))
 
 
-def test_threads_at_different_barriers_is_a_deadlock():
+def test_simdgroups_at_different_barriers_is_a_deadlock():
     kernel = mtwork.metal_kernel("split", ["a"], ["out"], """
-        if (thread_position_in_threadgroup.x < 16) {
+        if (simdgroup_index_in_threadgroup == 0) {
             threadgroup_barrier(mem_flags::mem_threadgroup);
         } else {
             threadgroup_barrier(mem_flags::mem_device);
@@ -303,7 +306,7 @@ def test_threads_at_different_barriers_is_a_deadlock():
         out[0] = 1;
     """)
     with pytest.raises(mtwork.KernelDeadlock, match="different threadgroup_barrier"):
-        kernel(**{**GOOD, "grid": (32, 1, 1), "threadgroup": (32, 1, 1)})
+        kernel(**{**GOOD, "grid": (64, 1, 1), "threadgroup": (64, 1, 1)})
 
 
 def test_endless_kernel_is_stopped_by_the_watchdog():

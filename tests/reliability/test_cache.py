@@ -10,7 +10,7 @@ import stat
 
 import pytest
 
-from .isolated_run import run_snippet
+from .child import run_snippet
 
 RUN = """
 import json, mlx.core as mx, numpy as np, mtwork, warnings

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from .isolated_run import REPO, run_snippet
+from .child import REPO, run_snippet
 
 PRELUDE = """
 import json, time, threading

@@ -47,6 +47,9 @@ COMMON_FLAGS = (
     # No peeling or unrolling of loops: a SIMD-group function inside a loop then stays one
     # call site, which the runtime's divergence handling relies on.
     "-fno-unroll-loops",
+    # Stack probes: a frame larger than a page touches each of its pages in order, so a
+    # big private array faults in the fiber's guard instead of jumping over it.
+    "-fstack-clash-protection",
     "-nostdlib++",  # kernels and runtime use no C++ library: nothing for zig to build
     "-Wno-unknown-attributes",
     "-Wno-unknown-pragmas",
@@ -70,6 +73,11 @@ TARGET_FLAGS = (
     ("-march=native", "-mno-avx512bf16") if platform.machine() in ("x86_64", "AMD64") else ()
 )
 KERNEL_DEFINES = ("-D__METAL_VERSION__=320", "-DMLX_METAL_JIT", "-D__HAVE_MTWORK_EMULATOR__=1")
+# Kernels keep the arrays they index on a private stack of their own (clang's SafeStack;
+# the runtime says where each fiber's is): a thread-private array indexed out of bounds,
+# which the GPU tolerates (MLX's layer_norm writes below one), then overwrites the
+# thread's own scratch rather than a return address (see runtime/fiber.h).
+KERNEL_FLAGS = ("-fsanitize=safe-stack", "-mllvm", "-safestack-use-pointer-address")
 
 _build_lock = threading.Lock()
 
@@ -178,7 +186,8 @@ def compile_kernel(tu: Translation, math_mode: str, kernel_label: str,
     `include_dirs` are searched after the shim and MLX's headers (`-I`, in order);
     `sanitize` builds the instrumented variant the sanitizer mode runs.
     """
-    flags = [*COMMON_FLAGS, *TARGET_FLAGS, *MATH_MODE_FLAGS[math_mode], *KERNEL_DEFINES]
+    flags = [*COMMON_FLAGS, *TARGET_FLAGS, *MATH_MODE_FLAGS[math_mode], *KERNEL_DEFINES,
+             *KERNEL_FLAGS]
     if sanitize:
         flags += SANITIZE_FLAGS
     user_includes = [arg for d in include_dirs for arg in ("-I", str(d))]

@@ -16,7 +16,7 @@ import numpy as np
 from ...buffers import byte_span
 from ...dispatch import Program
 from ...errors import KernelDeadlock, KernelFault, ThreadgroupMemoryError
-from ...sanitizer import KINDS, Finding, SanitizerReport
+from ...sanitizer import Finding, SanitizerReport
 from . import runtime
 from .compiler import Translation
 from .memory import Memory
@@ -88,9 +88,12 @@ def report(name: str, tu: Translation, library_path, sanitizing: runtime.Sanitiz
            memory: Memory, finished: bool = True) -> SanitizerReport:
     """The findings of one sanitized dispatch (and, when it finished, unwritten outputs)."""
     lines = symbolize(library_path, [f.pc for f in sanitizing.found])
+    kinds = runtime.finding_kinds()
+    texts = {k.code: k.text for k in kinds.values()}
+    pairs = {kinds[n].code for n in ("RACE", "SIMD_DIVERGENCE", "BARRIER_DIVERGENCE")}
     out = SanitizerReport(name)
     for f in sanitizing.found:
-        kind = KINDS.get(f.kind, f"finding {f.kind}")
+        kind = texts.get(f.kind, f"finding {f.kind}")
         where = ""
         if f.buffer >= 0:
             where = (sanitizing.names[f.buffer] if f.buffer < len(sanitizing.names)
@@ -105,8 +108,9 @@ def report(name: str, tu: Translation, library_path, sanitizing: runtime.Sanitiz
             element=f.element if where else None,
             access=("write" if f.write else "read") if where else "",
             thread=tuple(f.thread),
-            other_thread=tuple(f.other) if f.kind in (3, 5, 6) else None,
-            other_access=("write" if f.other_write else "read") if f.kind == 3 else "",
+            other_thread=tuple(f.other) if f.kind in pairs else None,
+            other_access=(("write" if f.other_write else "read")
+                          if f.kind == kinds["RACE"].code else ""),
             threadgroup=tuple(f.group),
             line=_source_line(tu, located) if located else "",
             count=int(f.count),
@@ -130,7 +134,8 @@ def _unwritten_outputs(name: str, memory: Memory,
         missing = np.flatnonzero(~per_element)
         if missing.size:
             found.append(Finding(
-                kind="output never written", kernel=name, where=p.name,
+                kind=runtime.finding_kinds()["UNWRITTEN_OUTPUT"].text, kernel=name,
+                where=p.name,
                 element=int(missing[0]), access="write", count=int(missing.size),
                 detail=f"{missing.size} of {buf.size} elements unwritten and no init_value",
             ))

@@ -1,8 +1,8 @@
 """Generates the C++ launcher appended to each emulated kernel.
 
-The launcher exports `mtw_entry(group, buffers)`: a loop that starts the group's threads
-one after another, computes each thread's attributes and calls the kernel with its
-buffers (see include/mtw_abi.h for why the loop takes threads from the group).
+The launcher exports `mtw_entry(group, buffers)`, which runs the group's current thread:
+it computes the thread's attributes and calls the kernel with its buffers (see
+include/mtw_abi.h), and `mtw_entry_barrier_free`, which runs a whole group in loops.
 """
 
 from __future__ import annotations
@@ -45,29 +45,21 @@ def _argument(p: LaunchParam) -> str:
 def launcher_source(function: str, params: Sequence[LaunchParam]) -> str:
     """C++ for the two entry points, calling `function` (with template arguments, if any).
 
-    `mtw_entry` takes threads one at a time from the group, so a thread that blocks can
-    leave the loop suspended; `mtw_entry_barrier_free` runs the group as nested loops
-    the compiler can vectorize, for kernels that never block.
+    `mtw_entry` runs one thread (the runtime's fibers take threads one after another, and
+    a thread that blocks stays suspended on its fiber); having no loop of its own, the
+    kernel inlined into it keeps its own code layout, by which the runtime orders
+    diverged lanes. `mtw_entry_barrier_free` runs the group as nested loops the compiler
+    can vectorize, for kernels that never block.
     """
     args = ",\n          ".join(_argument(p) for p in params)
     return f"""
 #include "mtw_launch.h"
 extern "C" __attribute__((visibility("default")))
 void mtw_entry(mtw_group* g, void* const* b) {{
-  for (;;) {{
-    const uint32_t i = g->next_thread;
-    if (i >= g->nthreads) return;
-    g->next_thread = i + 1;
-    g->current = i;
-    g->tg_cursor[i] = g->tg_static_bytes;
-    // The runtime (and the sanitizer's access checks) read g->current: keep the store here.
-    __asm__ volatile("" ::: "memory");
-    const uint3 local = mtw_attr::local_of(g, i);
-    {function}(
+  const uint32_t i = g->current;
+  const uint3 local = mtw_attr::local_of(g, i);
+  {function}(
           {args});
-    g->done += 1;
-    g->simd_done[i / MTW_SIMD_WIDTH] += 1;
-  }}
 }}
 extern "C" __attribute__((visibility("default")))
 void mtw_entry_barrier_free(mtw_group* g, void* const* b) {{

@@ -174,9 +174,46 @@ _THREADGROUP_DECL = re.compile(r"(?<![\w.])threadgroup\s+(?!\s*[*&])")
 
 
 _DECLARATOR = re.compile(r"^\s*(?P<name>[A-Za-z_]\w*)\s*(?P<dims>(\[[^\]]*\]\s*)*)$")
+_COMPARISON = frozenset("=!<>")
+
+
+def _initializer_start(declarator: str) -> int:
+    """Index of the `=` that starts `declarator`'s initializer, or -1 (the `==` of an array
+    size such as `[n == 0 ? 1 : n]` is no initializer)."""
+    depth = 0
+    for i, c in enumerate(declarator):
+        if c in "([{":
+            depth += 1
+        elif c in ")]}":
+            depth -= 1
+        elif c == "=" and depth == 0:
+            before = declarator[i - 1] if i else ""
+            after = declarator[i + 1] if i + 1 < len(declarator) else ""
+            if before not in _COMPARISON and after != "=":
+                return i
+    return -1
+
+
+def _outside_brackets(text: str) -> str:
+    """`text` with the insides of `[...]` blanked (array sizes may hold any expression)."""
+    out, depth = [], 0
+    for c in text:
+        depth += c == "["
+        out.append(" " if depth and c not in "[]" else c)
+        depth -= c == "]"
+    return "".join(out)
 
 
 def _rewrite_threadgroup_variables(text: str) -> str:
+    """`threadgroup T a[N], b;` in a body becomes references into threadgroup memory.
+
+    An initializer (`threadgroup float buf[32] = {0};`, as in MLX's layer_norm) is dropped:
+    a threadgroup variable is one allocation per threadgroup, which the MSL specification
+    (section 4.4) gives no initial contents, so kernels fill it themselves (layer_norm
+    zeroes its buffer from SIMD-group 0, then synchronizes). Keeping the initializer
+    instead would make the variable thread-private, or let each thread clear memory that
+    threads ahead of it already wrote.
+    """
     mask = code_mask(text)
     edits: list[tuple[int, int, str]] = []
     for m in _THREADGROUP_DECL.finditer(mask):
@@ -188,9 +225,12 @@ def _rewrite_threadgroup_variables(text: str) -> str:
         if end < 0:
             continue
         decl = mask[m.end() : end]
-        if "(" in decl or "=" in decl:
-            continue
-        parts = split_top_level(decl)
+        parts = []
+        for part in split_top_level(decl):
+            cut = _initializer_start(part)
+            parts.append(part if cut < 0 else part[:cut])
+        if "(" in _outside_brackets(parts[0]):
+            continue  # a function returning a threadgroup pointer or reference
         first = parts[0].rstrip()
         bracket = first.find("[")
         head = first if bracket < 0 else first[:bracket]

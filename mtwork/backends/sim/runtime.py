@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import ctypes
+import math
 import os
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 
+from ...dispatch import check_timeout
 from ...errors import (
     EmulatorUnavailable,
     KernelDeadlock,
@@ -17,15 +20,22 @@ from ...errors import (
     KernelTimeout,
     ThreadgroupMemoryError,
 )
-from ...limits import THREADGROUP_MEMORY_BYTES
+from ...limits import MAX_THREADS_PER_THREADGROUP, THREADGROUP_MEMORY_BYTES
 from .compiler import runtime_library
 
-ABI_VERSION = 2
+ABI_VERSION = 4
 DEFAULT_TIMEOUT_S = 120.0
+# Metal takes a grid as three 32-bit counts (MTLDispatchThreadsIndirectArguments'
+# threadsPerGrid is (UInt32, UInt32, UInt32); thread_position_in_grid is a uint3).
+MAX_GRID_DIMENSION = 2**32 - 1
+# Metal documents no limit on the product; the emulator counts threads and threadgroups
+# in 64 bits.
+MAX_GRID_THREADS = 2**64 - 1
+LIVE_THREADS_LISTED = 4
 
 # Status codes of runtime/runtime.h.
 (_OK, _RUNNING, _FAULT, _DEADLOCK, _TG_MEMORY, _CANCELLED, _KERNEL_ERROR, _SYSTEM,
- _NEEDS_FIBERS) = range(9)
+ _NEEDS_FIBERS, _SANITIZER_STOP) = range(10)
 
 
 class NeedsFibers(Exception):
@@ -80,6 +90,39 @@ class Sanitizing:
     indices: list[int] = field(default_factory=list)  # per buffer info: its buffer index
 
 
+class _LiveThread(ctypes.Structure):
+    _fields_ = [
+        ("group", ctypes.c_uint32 * 3),
+        ("thread", ctypes.c_uint32 * 3),
+        ("state", ctypes.c_uint32),
+        ("reserved", ctypes.c_uint32),
+        ("pc", ctypes.c_uint64),
+    ]
+
+
+_LIVE_STATES = ("running", "waiting at threadgroup_barrier", "waiting in a SIMD-group function",
+                "ready to run")
+_UNKNOWN_THREAD = (0xFFFFFFFF,) * 3
+
+
+@dataclass(frozen=True)
+class LiveThread:
+    """A thread that had not finished when the watchdog stopped its dispatch: where it
+    was (`pc`, an address in the process; see `code_offset`) and what it was doing."""
+
+    group: tuple[int, int, int]
+    thread: tuple[int, int, int] | None  # None when the barrier-free path ran it
+    state: str
+    pc: int
+
+    def describe(self, library: KernelLibrary | None = None) -> str:
+        who = (f"thread {self.thread} of threadgroup {self.group}" if self.thread is not None
+               else f"a thread of threadgroup {self.group}")
+        offset = code_offset(library, self.pc) if library is not None else None
+        where = f"{library.path.name}+{offset:#x}" if offset is not None else f"pc {self.pc:#x}"
+        return f"{who} {self.state} ({where})"
+
+
 class _Launch(ctypes.Structure):
     _fields_ = [
         ("entry", ctypes.c_void_p),
@@ -108,6 +151,8 @@ def _runtime() -> ctypes.CDLL:
     lib.mtw_dispatch_wait.restype = ctypes.c_int
     lib.mtw_dispatch_cancel.argtypes = []
     lib.mtw_dispatch_message.restype = ctypes.c_char_p
+    lib.mtw_dispatch_live_threads.argtypes = [ctypes.POINTER(_LiveThread), ctypes.c_uint32]
+    lib.mtw_dispatch_live_threads.restype = ctypes.c_uint64
     lib.mtw_dispatch_tg_memory.restype = ctypes.c_uint32
     lib.mtw_sanitizer_findings.restype = ctypes.c_uint32
     lib.mtw_sanitizer_tg_arrays.restype = ctypes.c_uint32
@@ -115,9 +160,33 @@ def _runtime() -> ctypes.CDLL:
     lib.mtw_sanitizer_tg_array_name.argtypes = [ctypes.c_uint32]
     lib.mtw_sanitizer_tg_array_element_size.restype = ctypes.c_uint32
     lib.mtw_sanitizer_tg_array_element_size.argtypes = [ctypes.c_uint32]
+    for name in ("mtw_finding_kind_name", "mtw_finding_kind_text"):
+        getattr(lib, name).restype = ctypes.c_char_p
+        getattr(lib, name).argtypes = [ctypes.c_uint32]
     if lib.mtw_abi_version() != ABI_VERSION:
         raise EmulatorUnavailable("the emulator runtime library does not match this mtwork")
     return lib
+
+
+@dataclass(frozen=True)
+class FindingKind:
+    """One kind of sanitizer finding, from the runtime's table (MTW_FINDING_KINDS)."""
+
+    code: int
+    name: str  # e.g. "OUT_OF_BOUNDS"
+    text: str  # e.g. "out-of-bounds access"
+
+
+@cache
+def finding_kinds() -> dict[str, FindingKind]:
+    """Every kind of finding, by name."""
+    rt, kinds = _runtime(), {}
+    for code in range(1, 64):
+        name = rt.mtw_finding_kind_name(code)
+        if name:
+            kinds[name.decode()] = FindingKind(code, name.decode(),
+                                               rt.mtw_finding_kind_text(code).decode())
+    return kinds
 
 
 @dataclass(frozen=True)
@@ -152,9 +221,109 @@ def load(path: Path) -> KernelLibrary:
     return lib
 
 
+class _DlInfo(ctypes.Structure):
+    _fields_ = [
+        ("dli_fname", ctypes.c_char_p),
+        ("dli_fbase", ctypes.c_void_p),
+        ("dli_sname", ctypes.c_char_p),
+        ("dli_saddr", ctypes.c_void_p),
+    ]
+
+
+@cache
+def _dladdr() -> Callable[..., int]:
+    fn = ctypes.CDLL(None).dladdr
+    fn.argtypes = [ctypes.c_void_p, ctypes.POINTER(_DlInfo)]
+    fn.restype = ctypes.c_int
+    return fn
+
+
+def _image_base(address: int) -> int | None:
+    info = _DlInfo()
+    if not address or not _dladdr()(address, ctypes.byref(info)) or not info.dli_fbase:
+        return None
+    return info.dli_fbase
+
+
+def code_offset(library: KernelLibrary, pc: int) -> int | None:
+    """`pc` as an offset in `library`'s shared library (what a symbolizer such as
+    llvm-symbolizer takes with the library's path), or None if `pc` lies elsewhere (in
+    the runtime, say)."""
+    base = _image_base(pc)
+    return pc - base if base is not None and base == _image_base(library.entry) else None
+
+
 def default_timeout() -> float:
+    """The watchdog limit: $MTWORK_TIMEOUT seconds, else 120."""
     value = os.environ.get("MTWORK_TIMEOUT")
-    return float(value) if value else DEFAULT_TIMEOUT_S
+    if not value:
+        return DEFAULT_TIMEOUT_S
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = math.nan
+    if not (math.isfinite(seconds) and seconds > 0):
+        raise ValueError(f"MTWORK_TIMEOUT must be a positive, finite number of seconds, "
+                         f"got {value!r}")
+    return seconds
+
+
+def _checked_geometry(grid: tuple[int, int, int],
+                      threadgroup: tuple[int, int, int]) -> int:
+    """Refuses what would not fit the runtime's 32-bit counts; returns the thread count."""
+    for what, dims in (("grid", grid), ("threadgroup", threadgroup)):
+        if len(dims) != 3 or any(isinstance(d, bool) or not isinstance(d, int) for d in dims):
+            raise TypeError(f"{what} must be three integers, got {dims!r}")
+    for axis, n in zip("xyz", grid):
+        if not 0 <= n <= MAX_GRID_DIMENSION:
+            raise ValueError(f"grid.{axis} = {n} is outside what Metal allows: 0 to "
+                             f"{MAX_GRID_DIMENSION} (2**32 - 1) threads per dimension")
+    total = math.prod(grid)
+    if total > MAX_GRID_THREADS:
+        raise ValueError(f"grid {tuple(grid)} has {total} threads, more than the "
+                         f"{MAX_GRID_THREADS} (2**64 - 1) the emulator can count")
+    if total == 0:
+        return 0
+    for axis, n in zip("xyz", threadgroup):
+        if not 1 <= n <= MAX_THREADS_PER_THREADGROUP:
+            raise ValueError(f"threadgroup.{axis} = {n} is outside 1 to "
+                             f"{MAX_THREADS_PER_THREADGROUP}")
+    if math.prod(threadgroup) > MAX_THREADS_PER_THREADGROUP:
+        raise ValueError(f"threadgroup {tuple(threadgroup)} has {math.prod(threadgroup)} "
+                         f"threads, more than the {MAX_THREADS_PER_THREADGROUP} Metal allows")
+    return total
+
+
+def last_live_threads() -> tuple[int, list[LiveThread]]:
+    """Threads that had not finished when the watchdog stopped the last dispatch: how many
+    there were, and the first ones recorded."""
+    rt = _runtime()
+    out = (_LiveThread * 64)()
+    total = rt.mtw_dispatch_live_threads(out, len(out))
+    live = []
+    for t in out[: min(total, len(out))]:
+        thread = tuple(t.thread)
+        live.append(LiveThread(
+            group=tuple(t.group),
+            thread=None if thread == _UNKNOWN_THREAD else thread,
+            state=_LIVE_STATES[t.state] if t.state < len(_LIVE_STATES) else "live",
+            pc=int(t.pc),
+        ))
+    return int(total), live
+
+
+def _timeout_detail(limit: float, library: KernelLibrary,
+                    live_threads: tuple[int, list[LiveThread]]) -> str:
+    detail = (f"still running after {limit:g} s (the watchdog limit; raise it with "
+              f"timeout= or $MTWORK_TIMEOUT if the kernel is just slow)")
+    total, live = live_threads
+    if not live:
+        return detail
+    live = sorted(live, key=lambda t: t.state != "running")  # the ones that loop first
+    listed = "; ".join(t.describe(library) for t in live[:LIVE_THREADS_LISTED])
+    more = f"; and {total - LIVE_THREADS_LISTED} more" if total > LIVE_THREADS_LISTED else ""
+    return (f"{detail}; {total} started thread{'s' if total != 1 else ''} had not finished: "
+            f"{listed}{more} (offsets in {library.path})")
 
 
 def dispatch(
@@ -177,6 +346,9 @@ def dispatch(
     Waits in short slices so Ctrl-C and the watchdog (`timeout` seconds, default
     $MTWORK_TIMEOUT or 120) can stop a kernel that never ends.
     """
+    limit = default_timeout() if timeout is None else check_timeout(timeout)
+    if _checked_geometry(grid, threadgroup) == 0:
+        return tg_static_bytes  # no threads: nothing runs
     rt = _runtime()
     barrier_free = barrier_free and sanitizing is None  # sanitizing needs thread identities
     launch = _Launch(
@@ -196,27 +368,14 @@ def dispatch(
         launch.nbuffers = len(sanitizing.buffers)
         launch.findings = ctypes.cast(sanitizing.findings, ctypes.c_void_p).value
         launch.max_findings = len(sanitizing.findings)
-    limit = default_timeout() if timeout is None else timeout
     with _dispatch_lock:
         if rt.mtw_dispatch_start(ctypes.byref(launch)) != 0:
             raise EmulatorUnavailable("the emulator runtime could not start its worker threads")
-        start = time.monotonic()
-        timed_out = False
-        try:
-            status = rt.mtw_dispatch_wait(20)
-            while status == _RUNNING:
-                if not timed_out and time.monotonic() - start > limit:
-                    timed_out = True
-                    rt.mtw_dispatch_cancel()
-                status = rt.mtw_dispatch_wait(50)
-        except BaseException:
-            # Ctrl-C in a notebook: stop the kernel, then let the interrupt through.
-            rt.mtw_dispatch_cancel()
-            while rt.mtw_dispatch_wait(100) == _RUNNING:
-                pass
-            raise
+        status, timed_out = _wait(rt, limit)
         message = rt.mtw_dispatch_message().decode(errors="replace")
         used = rt.mtw_dispatch_tg_memory()
+        stopped = timed_out or status == _CANCELLED
+        live = last_live_threads() if stopped else (0, [])
         if sanitizing is not None:
             sanitizing.found = list(sanitizing.findings[: rt.mtw_sanitizer_findings()])
             sanitizing.arrays = [
@@ -228,18 +387,40 @@ def dispatch(
         return used
     if status == _NEEDS_FIBERS:
         raise NeedsFibers(message)
-    if timed_out or status == _CANCELLED:
-        raise KernelTimeout(
-            kernel_name,
-            f"still running after {limit:g} s (the watchdog limit; raise it with "
-            f"timeout= or $MTWORK_TIMEOUT if the kernel is just slow)",
-        )
-    if status == _DEADLOCK:
-        raise KernelDeadlock(kernel_name, message)
-    if status == _TG_MEMORY:
-        raise ThreadgroupMemoryError(kernel_name, message)
-    if status == _FAULT and sanitizing is not None and message.startswith("stopped by the"):
-        raise SanitizerStop(kernel_name, message)
-    if status in (_FAULT, _KERNEL_ERROR):
-        raise KernelFault(kernel_name, message)
-    raise EmulatorUnavailable(f"emulator runtime failure in `{kernel_name}`: {message}")
+    if stopped:
+        raise KernelTimeout(kernel_name, _timeout_detail(limit, library, live))
+    raise _failure(status, kernel_name, message)
+
+
+def _wait(rt: ctypes.CDLL, limit: float) -> tuple[int, bool]:
+    """Waits for the running dispatch in short slices, so that Ctrl-C and the watchdog
+    (`limit` seconds) can stop it; returns its status and whether the watchdog fired."""
+    start = time.monotonic()
+    timed_out = False
+    try:
+        status = rt.mtw_dispatch_wait(20)
+        while status == _RUNNING:
+            if not timed_out and time.monotonic() - start > limit:
+                timed_out = True
+                rt.mtw_dispatch_cancel()
+            status = rt.mtw_dispatch_wait(50)
+    except BaseException:
+        # Ctrl-C in a notebook: stop the kernel, then let the interrupt through.
+        rt.mtw_dispatch_cancel()
+        while rt.mtw_dispatch_wait(100) == _RUNNING:
+            pass
+        raise
+    return status, timed_out
+
+
+_FAILURES: dict[int, type[KernelFault]] = {
+    _DEADLOCK: KernelDeadlock, _TG_MEMORY: ThreadgroupMemoryError,
+    _SANITIZER_STOP: SanitizerStop, _FAULT: KernelFault, _KERNEL_ERROR: KernelFault,
+}
+
+
+def _failure(status: int, kernel_name: str, message: str) -> Exception:
+    error = _FAILURES.get(status)
+    if error is None:
+        return EmulatorUnavailable(f"emulator runtime failure in `{kernel_name}`: {message}")
+    return error(kernel_name, message)

@@ -1,9 +1,9 @@
 // The contract between the emulator runtime (libmtwrt) and kernel libraries.
 //
-// A kernel library exports `mtw_entry(mtw_group*, void* const* buffers)`, which runs GPU
-// threads of one threadgroup in a loop, taking the next unstarted thread from the group
-// each time. A thread that blocks (barrier, SIMD-group function) leaves the loop suspended
-// on its fiber; the runtime starts another fiber that goes on with the next thread. This
+// A kernel library exports `mtw_entry(mtw_group*, void* const* buffers)`, which runs the
+// GPU thread `group->current` of one threadgroup. Each fiber of the runtime calls it for
+// one unstarted thread after another; a thread that blocks (barrier, SIMD-group function)
+// stays suspended on its fiber while another fiber goes on with the next thread. This
 // keeps kernels without barriers at one fiber per threadgroup and no context switches.
 #ifndef MTW_ABI_H
 #define MTW_ABI_H
@@ -14,13 +14,13 @@
 extern "C" {
 #endif
 
-#define MTW_ABI_VERSION 2
+#define MTW_ABI_VERSION 4
 #define MTW_SIMD_WIDTH 32
 #define MTW_MAX_THREADS 1024
 #define MTW_MAX_SIMDGROUPS (MTW_MAX_THREADS / MTW_SIMD_WIDTH)
 
 typedef struct mtw_group {
-  // Thread bookkeeping, updated inline by the kernel's thread loop.
+  // Thread bookkeeping, kept by the runtime.
   uint32_t next_thread;  // linear index of the next thread to start
   uint32_t nthreads;     // threads in this (possibly partial) threadgroup
   uint32_t current;      // linear index of the thread running now

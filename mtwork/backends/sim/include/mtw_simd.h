@@ -5,7 +5,9 @@
 //
 // Active lanes. Lanes that returned, that wait at a threadgroup barrier, that wait at
 // another call site (divergent code, released by the runtime's policy) or that do not
-// exist (a partial SIMD-group at the edge of a threadgroup) are inactive, as on the GPU:
+// exist (a partial SIMD-group at the edge of a threadgroup) are inactive, as on the GPU.
+// (Lanes waiting at a barrier earlier in the code than the function, in a branch the
+// others skipped, go through the barrier first and then take part; see convergence.cpp.)
 // - reductions, scans, votes, simd_broadcast_first and simd_is_first take only the
 //   active lanes of the SIMD-group (or of the quad);
 // - a shuffle or broadcast whose source lane is inactive is undefined in Metal; here the

@@ -70,28 +70,57 @@ __asm__(
 #error "the mtwork emulator supports x86-64 and arm64 hosts"
 #endif
 
-char* fiber_arena_reserve(uint32_t count) {
-  size_t span = (size_t(count) + 1) * kFiberRegion;
-  void* raw = mmap(nullptr, span, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-  if (raw == MAP_FAILED) return nullptr;
-  uintptr_t start = reinterpret_cast<uintptr_t>(raw);
-  uintptr_t aligned = (start + kFiberRegion - 1) & ~(uintptr_t)(kFiberRegion - 1);
-  return reinterpret_cast<char*>(aligned);
+char* fiber_arena = nullptr;
+Fiber* fiber_headers = nullptr;
+size_t fiber_regions = 0;
+
+bool fiber_arena_init(uint32_t workers) {
+  size_t regions = size_t(workers) * kFibersPerWorker;
+  void* raw = mmap(nullptr, regions * kFiberRegion, PROT_NONE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (raw == MAP_FAILED) return false;
+  void* headers = mmap(nullptr, regions * sizeof(Fiber), PROT_READ | PROT_WRITE,
+                       MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (headers == MAP_FAILED) {
+    munmap(raw, regions * kFiberRegion);
+    return false;
+  }
+  fiber_headers = static_cast<Fiber*>(headers);
+  fiber_regions = regions;
+  fiber_arena = static_cast<char*>(raw);
+  return true;
 }
 
-Fiber* fiber_create(Worker* worker, char* arena, uint32_t index) {
-  char* base = arena + size_t(index) * kFiberRegion;
-  if (mprotect(base, kPage, PROT_READ | PROT_WRITE) != 0) return nullptr;
-  if (mprotect(base + 2 * kPage, kFiberRegion - 2 * kPage, PROT_READ | PROT_WRITE) != 0)
+constexpr size_t kStackColours = 64, kColourStep = 208;  // 13 cache lines' worth of 16
+
+static char* stack_bottom(size_t region) {
+  return fiber_arena + region * kFiberRegion + kGuardBelow;
+}
+
+static char* private_bottom(size_t region) {
+  return stack_bottom(region) + kFiberStack + kGuardBetween;
+}
+
+Fiber* fiber_create(Worker* worker, uint32_t worker_index, uint32_t index) {
+  size_t region = size_t(worker_index) * kFibersPerWorker + index;
+  if (mprotect(stack_bottom(region), kFiberStack, PROT_READ | PROT_WRITE) != 0 ||
+      mprotect(private_bottom(region), kPrivateStack, PROT_READ | PROT_WRITE) != 0)
     return nullptr;
-  Fiber* fiber = reinterpret_cast<Fiber*>(base);
+  Fiber* fiber = &fiber_headers[region];
   memset(fiber, 0, sizeof(Fiber));
   fiber->worker = worker;
   return fiber;
 }
 
 void fiber_prepare(Fiber* fiber, void (*start)()) {
-  uintptr_t top = reinterpret_cast<uintptr_t>(fiber) + kFiberRegion;
+  // Stacks start at different offsets within a page (a multiple of 16 bytes, as the ABI
+  // wants): their tops, touched on every switch, would otherwise all fall into the same
+  // cache sets, since the regions are a power of two apart.
+  size_t region = size_t(fiber - fiber_headers);
+  uintptr_t top = reinterpret_cast<uintptr_t>(stack_bottom(region)) + kFiberStack -
+                  (region % kStackColours) * kColourStep;
+  fiber->private_sp = private_bottom(region) + kPrivateStack -
+                      (region % kStackColours) * kColourStep;
 #if defined(__x86_64__)
   // Frame popped by mtw_switch: r15, r14, r13, r12, rbx, rbp, return address. After
   // `ret`, rsp = top - 8, the alignment a called function expects.
@@ -108,5 +137,19 @@ void fiber_prepare(Fiber* fiber, void (*start)()) {
 #endif
 }
 
+StackPlace stack_place(uintptr_t address, const Fiber* fiber) {
+  uintptr_t base = reinterpret_cast<uintptr_t>(fiber_arena);
+  if (!fiber_arena || address < base || region_of(address) >= fiber_regions) return kNotInArena;
+  size_t region = fiber ? size_t(fiber - fiber_headers) : region_of(address);
+  uintptr_t stack = reinterpret_cast<uintptr_t>(stack_bottom(region));
+  uintptr_t priv = reinterpret_cast<uintptr_t>(private_bottom(region));
+  uintptr_t own = base + region * kFiberRegion;
+  if (address < own) return kBelowPrivate;  // far below: an index, not a deep call chain
+  if (address < stack) return kBelowStack;
+  if (address < stack + kFiberStack) return kInStack;
+  if (address < priv) return kBelowPrivate;
+  if (address < priv + kPrivateStack) return kInStack;
+  return kAboveStack;
+}
 
 }  // namespace mtw

@@ -12,21 +12,45 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <ucontext.h>
 #include <unistd.h>
 
 #include "scheduler.h"
 
 using namespace mtw;
 
-__thread Worker* mtw::tls_worker = nullptr;
 Worker** mtw::workers = nullptr;
 int mtw::pool_size = 0;
+
+// SafeStack (kernels are built with -fsanitize=safe-stack and
+// -safestack-use-pointer-address) asks here where the private stack pointer lives: the
+// fiber's, or for kernel code the scheduler runs on its own stack (the combine functions
+// of SIMD-group functions), the worker's.
+extern "C" __attribute__((visibility("default"))) void** __safestack_pointer_address() {
+  uintptr_t sp = reinterpret_cast<uintptr_t>(__builtin_frame_address(0));
+  if (stack_place(sp) == kInStack) return &fiber_headers[region_of(sp)].private_sp;
+  return &worker_here()->private_sp;
+}
+
+Worker* mtw::worker_here() {
+  uintptr_t sp = reinterpret_cast<uintptr_t>(__builtin_frame_address(0));
+  if (stack_place(sp) == kInStack) return fiber_headers[region_of(sp)].worker;
+  for (int i = 0; i < pool_size; ++i) {
+    Worker* w = workers[i];
+    if (sp - w->os_stack_lo < w->os_stack_hi - w->os_stack_lo) return w;
+  }
+  return nullptr;
+}
 
 namespace {
 
 constexpr int kCancelSignal = SIGUSR2;
 const int kFaultSignals[] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGTRAP, SIGABRT};
 constexpr int kFaultSignalCount = sizeof(kFaultSignals) / sizeof(kFaultSignals[0]);
+// Each worker's signal stack is aligned to its size, with the worker's address in its
+// first bytes: the handler finds its worker from its own stack pointer, touching no
+// thread-local storage (which may allocate in a dlopen'ed library) and taking no lock.
+constexpr size_t kSignalStack = size_t(64) << 10;
 
 pthread_mutex_t mutex = PTHREAD_MUTEX_INITIALIZER;
 pthread_cond_t work_ready = PTHREAD_COND_INITIALIZER;
@@ -38,15 +62,26 @@ int active = 0;
 bool busy = false;
 Dispatch current;
 char last_message[2048];
+mtw_live_thread last_live[kLiveRecorded];
+uint32_t last_live_count = 0;
+uint64_t last_live_total = 0;
 struct sigaction previous[NSIG];
-
 
 void record_failure(Dispatch* d, int status, const char* detail) {
   int expected = MTW_OK;
-  if (__atomic_compare_exchange_n(&d->status, &expected, status, false, __ATOMIC_ACQ_REL,
-                                  __ATOMIC_ACQUIRE)) {
+  if (__atomic_compare_exchange_n(&d->status, &expected, status, false, __ATOMIC_SEQ_CST,
+                                  __ATOMIC_SEQ_CST)) {
     snprintf(d->message, sizeof(d->message), "%s", detail);
   }
+}
+
+// The first failure stops the whole dispatch: workers still inside kernel code are
+// interrupted (a worker entering it sees `cancelled` first; see run_dispatch).
+void stop_others(Dispatch* d, const Worker* self) {
+  __atomic_store_n(&d->cancelled, 1, __ATOMIC_SEQ_CST);
+  for (int i = 0; i < participants; ++i)
+    if (workers[i] != self && __atomic_load_n(&workers[i]->in_kernel, __ATOMIC_SEQ_CST))
+      pthread_kill(threads[i], kCancelSignal);
 }
 
 const char* signal_name(int sig) {
@@ -61,31 +96,33 @@ const char* signal_name(int sig) {
   }
 }
 
+uintptr_t interrupted_pc(void* context) {
+  const ucontext_t* uc = static_cast<const ucontext_t*>(context);
+#if defined(__x86_64__)
+  return uintptr_t(uc->uc_mcontext.gregs[REG_RIP]);
+#else
+  return uintptr_t(uc->uc_mcontext.pc);
+#endif
+}
+
+// The worker whose signal stack `frame` is on, or null (another thread's signal).
+Worker* signal_stack_owner(const void* frame) {
+  uintptr_t base = reinterpret_cast<uintptr_t>(frame) & ~(uintptr_t)(kSignalStack - 1);
+  Worker* w = *reinterpret_cast<Worker* const*>(base);
+  for (int i = 0; i < pool_size; ++i)
+    if (workers[i] == w) return w;
+  return nullptr;
+}
+
+// Async-signal-safe: plain loads and stores, then a jump back to the worker's loop,
+// which writes the message.
 void on_signal(int sig, siginfo_t* info, void* context) {
-  Worker* w = tls_worker;
+  char here;
+  Worker* w = pool_size ? signal_stack_owner(&here) : nullptr;
   if (w && w->in_kernel) {
     w->in_kernel = 0;
-    if (sig == kCancelSignal) {
-      snprintf(w->message, sizeof(w->message), "stopped while running");
-    } else {
-      char where[200];
-      describe_thread(w, w->group.current, where, sizeof(where));
-      uintptr_t addr = reinterpret_cast<uintptr_t>(info->si_addr);
-      Fiber* fiber = w->running;
-      uintptr_t region = reinterpret_cast<uintptr_t>(fiber);
-      bool overflow = fiber && addr >= region && addr < region + 2 * kPage;
-      if (overflow) {
-        snprintf(w->message, sizeof(w->message),
-                 "stack overflow in %s: thread-private data exceeds the %zu KiB emulated "
-                 "stack (large arrays in thread memory?)",
-                 where, (kFiberRegion - 2 * kPage) / 1024);
-      } else if (sig == SIGSEGV || sig == SIGBUS) {
-        snprintf(w->message, sizeof(w->message), "%s at address %p in %s", signal_name(sig),
-                 info->si_addr, where);
-      } else {
-        snprintf(w->message, sizeof(w->message), "%s in %s", signal_name(sig), where);
-      }
-    }
+    w->fault_address = reinterpret_cast<uintptr_t>(info->si_addr);
+    w->fault_pc = interrupted_pc(context);
     siglongjmp(w->escape, sig);
   }
   if (sig == kCancelSignal) return;
@@ -121,6 +158,56 @@ void install_handlers() {
   install_handler(kCancelSignal);
 }
 
+// Notes the worker's own OS stack (where its scheduler runs), for worker_here().
+void record_os_stack(Worker* w) {
+  pthread_attr_t attr;
+  if (pthread_getattr_np(pthread_self(), &attr) == 0) {
+    void* base;
+    size_t size;
+    pthread_attr_getstack(&attr, &base, &size);
+    w->os_stack_lo = reinterpret_cast<uintptr_t>(base);
+    w->os_stack_hi = w->os_stack_lo + size;
+    pthread_attr_destroy(&attr);
+  }
+}
+
+// What a fault was, written after the handler has jumped back (normal context).
+void describe_fault(Worker* w, int sig) {
+  char where[200];
+  describe_thread(w, w->group.current, where, sizeof(where));
+  uintptr_t addr = w->fault_address;
+  bool memory = sig == SIGSEGV || sig == SIGBUS;
+  StackPlace place = memory ? stack_place(addr, w->running) : kNotInArena;
+  if (place == kBelowStack) {
+    snprintf(w->message, sizeof(w->message),
+             "stack overflow in %s: the thread's frames need more than the %zu KiB emulated "
+             "stack (large private arrays, or deep recursion?), or a private array was "
+             "indexed far below its start (address %p)",
+             where, kFiberStack / kKiB, reinterpret_cast<void*>(addr));
+  } else if (place == kBelowPrivate) {
+    snprintf(w->message, sizeof(w->message),
+             "stack overflow in %s: the thread's private arrays need more than the %zu KiB "
+             "emulated private memory, or a private array was indexed far below its start "
+             "(address %p)",
+             where, kPrivateStack / kKiB, reinterpret_cast<void*>(addr));
+  } else if (place == kAboveStack) {
+    snprintf(w->message, sizeof(w->message),
+             "access above the thread's stack in %s: a private array indexed far past its "
+             "end (address %p)",
+             where, reinterpret_cast<void*>(addr));
+  } else if (place == kInStack) {
+    snprintf(w->message, sizeof(w->message),
+             "%s at address %p in %s: the thread's stack was overwritten (a private array "
+             "indexed outside its bounds?)",
+             signal_name(sig), reinterpret_cast<void*>(addr), where);
+  } else if (memory) {
+    snprintf(w->message, sizeof(w->message), "%s at address %p in %s", signal_name(sig),
+             reinterpret_cast<void*>(addr), where);
+  } else {
+    snprintf(w->message, sizeof(w->message), "%s in %s", signal_name(sig), where);
+  }
+}
+
 void run_dispatch(Worker* w) {
   Dispatch* d = &current;
   w->dispatch = d;
@@ -135,20 +222,40 @@ void run_dispatch(Worker* w) {
   }
   int sig = sigsetjmp(w->escape, 1);
   if (sig != 0) {
+    if (sig == kCancelSignal) {
+      // Only the dispatch stopped from outside is reported with its live threads; a worker
+      // stopped because another faulted has nothing to add.
+      if (__atomic_load_n(&d->status, __ATOMIC_SEQ_CST) == MTW_CANCELLED)
+        record_live_threads(w, w->fault_pc);
+      snprintf(w->message, sizeof(w->message), "stopped while running");
+    } else if (sig != kSanitizerStop) {  // the sanitizer wrote its own message
+      describe_fault(w, sig);
+    }
     reset_fibers(w);
-    record_failure(d, sig == kCancelSignal ? MTW_CANCELLED : MTW_FAULT, w->message);
+    const int status = sig == kCancelSignal   ? MTW_CANCELLED
+                       : sig == kSanitizerStop ? MTW_SANITIZER_STOP
+                                               : MTW_FAULT;
+    record_failure(d, status, w->message);
+    if (sig != kCancelSignal) stop_others(d, w);
     return;
   }
   for (;;) {
-    if (__atomic_load_n(&d->status, __ATOMIC_ACQUIRE) != MTW_OK || d->cancelled) return;
     uint64_t index = __atomic_fetch_add(&d->next_group, 1, __ATOMIC_RELAXED);
     if (index >= d->groups_total) return;
-    w->in_kernel = 1;
+    // Announce kernel code before looking at `cancelled` (stop_others does the reverse),
+    // so a stop either sees this worker inside or this worker sees the stop.
+    __atomic_store_n(&w->in_kernel, 1, __ATOMIC_SEQ_CST);
+    if (__atomic_load_n(&d->cancelled, __ATOMIC_SEQ_CST) ||
+        __atomic_load_n(&d->status, __ATOMIC_SEQ_CST) != MTW_OK) {
+      w->in_kernel = 0;
+      return;
+    }
     int status = run_threadgroup(w, index);
     w->in_kernel = 0;
     if (status != MTW_OK) {
       reset_fibers(w);
       record_failure(d, status, w->message);
+      stop_others(d, w);
       return;
     }
   }
@@ -156,7 +263,7 @@ void run_dispatch(Worker* w) {
 
 void* worker_main(void* arg) {
   Worker* w = static_cast<Worker*>(arg);
-  tls_worker = w;
+  record_os_stack(w);
   sanitizer_begin_worker(w);
   // Interrupts belong to the host's main thread; only faults and cancellation come here.
   sigset_t mask;
@@ -164,15 +271,17 @@ void* worker_main(void* arg) {
   for (int i = 0; i < kFaultSignalCount; ++i) sigdelset(&mask, kFaultSignals[i]);
   sigdelset(&mask, kCancelSignal);
   pthread_sigmask(SIG_SETMASK, &mask, nullptr);
-  stack_t alt;
-  alt.ss_size = 64 * 1024;
-  alt.ss_sp = malloc(alt.ss_size);
-  alt.ss_flags = 0;
-  sigaltstack(&alt, nullptr);
-  int index = 0;
+  char* signal_stack = static_cast<char*>(aligned_alloc(kSignalStack, kSignalStack));
+  if (signal_stack) {
+    *reinterpret_cast<Worker**>(signal_stack) = w;
+    stack_t alt;
+    alt.ss_sp = signal_stack + 64;
+    alt.ss_size = kSignalStack - 64;
+    alt.ss_flags = 0;
+    sigaltstack(&alt, nullptr);
+  }
+  int index = int(w->index);
   pthread_mutex_lock(&mutex);
-  for (int i = 0; i < pool_size; ++i)
-    if (workers[i] == w) index = i;
   uint64_t seen = 0;  // generations start at 1
   for (;;) {
     while (generation == seen || index >= participants) {
@@ -194,12 +303,16 @@ bool ensure_pool() {
   int n = cores > 0 ? int(cores) : 1;
   workers = static_cast<Worker**>(calloc(n, sizeof(Worker*)));
   threads = static_cast<pthread_t*>(calloc(n, sizeof(pthread_t)));
-  if (!workers || !threads) return false;
+  if (!workers || !threads || !fiber_arena_init(uint32_t(n))) return false;
   for (int i = 0; i < n; ++i) {
     // Zeroed memory is a valid initial Worker (all its defaults are zeros); the runtime
     // links no C++ library, so no operator new.
     Worker* w = static_cast<Worker*>(calloc(1, sizeof(Worker)));
     if (!w) return false;
+    w->index = uint32_t(i);
+    w->private_stack = static_cast<char*>(aligned_alloc(64, kWorkerPrivateStack));
+    if (!w->private_stack) return false;
+    w->private_sp = w->private_stack + kWorkerPrivateStack;
     w->tg_memory = static_cast<char*>(aligned_alloc(64, kTgMemoryCapacity));
     workers[i] = w;
   }
@@ -230,9 +343,13 @@ extern "C" int mtw_dispatch_start(const mtw_launch* launch) {
   if (d->launch.tg_memory_limit > kTgMemoryCapacity) d->launch.tg_memory_limit = kTgMemoryCapacity;
   d->groups_total = 1;
   for (int k = 0; k < 3; ++k) {
-    d->groups[k] = (launch->grid[k] + launch->threadgroup[k] - 1) / launch->threadgroup[k];
+    // In 64 bits: a grid dimension near 2^32 must not wrap to a handful of threadgroups.
+    uint64_t grid = launch->grid[k], tg = launch->threadgroup[k] ? launch->threadgroup[k] : 1;
+    d->groups[k] = uint32_t((grid + tg - 1) / tg);
     d->groups_total *= d->groups[k];
   }
+  d->live_slots = 0;
+  d->live_total = 0;
   d->next_group = 0;
   d->cancelled = 0;
   d->status = MTW_OK;
@@ -273,6 +390,9 @@ extern "C" int mtw_dispatch_wait(uint32_t timeout_ms) {
     busy = false;
     status = current.status;
     snprintf(last_message, sizeof(last_message), "%s", current.message);
+    last_live_count = current.live_slots < kLiveRecorded ? current.live_slots : kLiveRecorded;
+    memcpy(last_live, current.live, last_live_count * sizeof(mtw_live_thread));
+    last_live_total = current.live_total;
   }
   pthread_mutex_unlock(&mutex);
   return status;
@@ -284,14 +404,21 @@ extern "C" void mtw_dispatch_cancel(void) {
     int expected = MTW_OK;
     __atomic_compare_exchange_n(&current.status, &expected, int(MTW_CANCELLED), false,
                                 __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
-    current.cancelled = 1;
-    for (int i = 0; i < participants; ++i)
-      if (workers[i]->in_kernel) pthread_kill(threads[i], kCancelSignal);
+    stop_others(&current, nullptr);
   }
   pthread_mutex_unlock(&mutex);
 }
 
 extern "C" const char* mtw_dispatch_message(void) { return last_message; }
+
+extern "C" uint64_t mtw_dispatch_live_threads(mtw_live_thread* out, uint32_t max) {
+  pthread_mutex_lock(&mutex);
+  uint32_t n = last_live_count < max ? last_live_count : max;
+  if (out && n) memcpy(out, last_live, n * sizeof(mtw_live_thread));
+  uint64_t total = last_live_total;
+  pthread_mutex_unlock(&mutex);
+  return total;
+}
 
 extern "C" uint32_t mtw_dispatch_tg_memory(void) { return current.tg_memory_used; }
 

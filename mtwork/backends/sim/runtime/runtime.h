@@ -21,14 +21,29 @@ typedef struct mtw_buffer_info {
   uint8_t* written;        // outputs: one byte per byte, set when written (may be null)
 } mtw_buffer_info;
 
+// Every kind of finding, once: its code, its name in C and Python, and its text in a
+// report. Kinds from 7 on are found outside the runtime (after the dispatch, or from how
+// it failed); they are here so that there is one table.
+#define MTW_FINDING_KINDS(X)                                                   \
+  X(OUT_OF_BOUNDS, 1, "out-of-bounds access")        /* outside every buffer */ \
+  X(INPUT_WRITE, 2, "write to an input buffer")                                 \
+  X(RACE, 3, "threadgroup memory race")  /* two threads, no barrier between */   \
+  X(UNINITIALIZED, 4, "read of uninitialized threadgroup memory")               \
+  X(SIMD_DIVERGENCE, 5, "SIMD divergence")  /* lanes elsewhere at a collective */ \
+  X(BARRIER_DIVERGENCE, 6, "barrier divergence")                                \
+  X(UNWRITTEN_OUTPUT, 7, "output never written")                                \
+  X(TG_MEMORY, 8, "threadgroup memory over budget")                             \
+  X(KERNEL_FAULT, 9, "kernel fault")
+
 enum mtw_finding_kind {
-  MTW_FINDING_OUT_OF_BOUNDS = 1,    // device access outside every buffer
-  MTW_FINDING_INPUT_WRITE = 2,      // a write to an input buffer
-  MTW_FINDING_RACE = 3,             // threadgroup memory: two threads, no barrier between
-  MTW_FINDING_UNINITIALIZED = 4,    // threadgroup memory read before any write
-  MTW_FINDING_SIMD_DIVERGENCE = 5,  // a SIMD-group function with lanes elsewhere
-  MTW_FINDING_BARRIER_DIVERGENCE = 6,
+#define MTW_FINDING_ENUM(name, code, text) MTW_FINDING_##name = code,
+  MTW_FINDING_KINDS(MTW_FINDING_ENUM)
+#undef MTW_FINDING_ENUM
 };
+
+// The name ("OUT_OF_BOUNDS") and report text of finding kind `code`, or null.
+const char* mtw_finding_kind_name(uint32_t code);
+const char* mtw_finding_kind_text(uint32_t code);
 
 typedef struct mtw_finding {
   uint32_t kind;
@@ -43,6 +58,19 @@ typedef struct mtw_finding {
   uint64_t pc;               // code offset in the kernel library (for the source line)
   uint64_t count;            // how many accesses this finding stands for
 } mtw_finding;
+
+// A thread that had not finished when a dispatch was stopped from outside.
+enum mtw_live_state { MTW_LIVE_RUNNING = 0, MTW_LIVE_AT_BARRIER = 1, MTW_LIVE_AT_SIMD = 2,
+                      MTW_LIVE_READY = 3 };
+
+typedef struct mtw_live_thread {
+  uint32_t group[3];   // threadgroup_position_in_grid
+  uint32_t thread[3];  // thread_position_in_threadgroup (all 0xFFFFFFFF: not known)
+  uint32_t state;      // mtw_live_state
+  uint32_t reserved;
+  uint64_t pc;         // running: where it was stopped; waiting or ready: the call it waits
+                       // in (the return address into the kernel)
+} mtw_live_thread;
 
 typedef struct mtw_launch {
   mtw_entry_fn entry;
@@ -65,12 +93,13 @@ enum mtw_status {
   MTW_OK = 0,
   MTW_RUNNING = 1,
   MTW_FAULT = 2,          // a signal inside kernel code (bad pointer, trap, stack overflow)
-  MTW_DEADLOCK = 3,       // threads blocked forever (barrier divergence, early return)
+  MTW_DEADLOCK = 3,       // threads blocked forever (at barriers no SIMD-group can pass)
   MTW_TG_MEMORY = 4,      // threadgroup memory over budget
   MTW_CANCELLED = 5,      // stopped from outside (watchdog, interrupt)
   MTW_KERNEL_ERROR = 6,   // the kernel reported an error itself
   MTW_SYSTEM = 7,         // the runtime could not get memory or threads
   MTW_NEEDS_FIBERS = 8,   // a kernel run as barrier-free blocked: run it on the general path
+  MTW_SANITIZER_STOP = 9, // the sanitizer stopped the kernel before a write out of bounds
 };
 
 // Starts a dispatch; returns nonzero if another is running. One dispatch at a time.
@@ -81,6 +110,10 @@ int mtw_dispatch_wait(uint32_t timeout_ms);
 void mtw_dispatch_cancel(void);
 // The message of the last failed dispatch.
 const char* mtw_dispatch_message(void);
+// Threads still live when the last dispatch was stopped from outside: copies up to `max`
+// of them into `out` and returns how many there were in all (more than were recorded
+// when many threadgroups ran at once).
+uint64_t mtw_dispatch_live_threads(mtw_live_thread* out, uint32_t max);
 // Threadgroup memory high-water mark (bytes) of the last dispatch.
 uint32_t mtw_dispatch_tg_memory(void);
 int mtw_abi_version(void);

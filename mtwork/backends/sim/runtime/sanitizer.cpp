@@ -19,7 +19,6 @@ constexpr uint16_t kNobody = 0xFFFF;
 constexpr uint8_t kWritten = 1, kManyReaders = 2;
 constexpr const char* kStoppedBeforeWrite =
     "stopped by the sanitizer before an out-of-bounds write";
-constexpr size_t kFiberArenaBytes = size_t(MTW_MAX_THREADS + 1) * kFiberRegion;
 
 struct ImageSearch {
   uintptr_t address, lo, hi;
@@ -207,19 +206,8 @@ void device_access(Worker* w, uintptr_t address, uint32_t size, bool write, cons
     // The store has not happened yet: stop here, before it corrupts the host's memory.
     snprintf(w->message, sizeof(w->message), "%s", kStoppedBeforeWrite);
     w->in_kernel = 0;
-    siglongjmp(w->escape, SIGSEGV);
+    siglongjmp(w->escape, kSanitizerStop);
   }
-}
-
-// The worker whose fiber runs this code, found from the stack pointer (cheaper than a
-// thread-local in a dlopen'ed library); off a fiber (the scheduler's stack), the TLS one.
-Worker* worker_here() {
-  uintptr_t sp = reinterpret_cast<uintptr_t>(__builtin_frame_address(0));
-  for (int i = 0; i < pool_size; ++i) {
-    Worker* w = workers[i];
-    if (sp - reinterpret_cast<uintptr_t>(w->fiber_arena) < kFiberArenaBytes) return w;
-  }
-  return tls_worker;
 }
 
 void on_access(const void* p, uint32_t size, bool write, const void* pc) {
@@ -227,7 +215,7 @@ void on_access(const void* p, uint32_t size, bool write, const void* pc) {
   if (!w || !w->in_kernel || w->atomic_depth || !w->dispatch->launch.sanitize) return;
   uintptr_t a = reinterpret_cast<uintptr_t>(p);
   // A thread's own memory and the runtime's: fiber stacks, the worker's stack and state.
-  if (a - reinterpret_cast<uintptr_t>(w->fiber_arena) < kFiberArenaBytes) return;
+  if (stack_place(a) != kNotInArena) return;
   if (a - w->os_stack_lo < w->os_stack_hi - w->os_stack_lo) return;
   if (a - reinterpret_cast<uintptr_t>(w) < sizeof(Worker)) return;
   uintptr_t tg = reinterpret_cast<uintptr_t>(w->tg_memory);
@@ -253,15 +241,6 @@ void sanitizer_begin_dispatch(Dispatch* d) {
 void sanitizer_begin_worker(Worker* w) {
   // Allocated here, outside kernel context, where a signal cannot interrupt malloc.
   w->tg_shadow = static_cast<TgShadow*>(calloc(kTgMemoryCapacity, sizeof(TgShadow)));
-  pthread_attr_t attr;
-  if (pthread_getattr_np(pthread_self(), &attr) == 0) {
-    void* base;
-    size_t size;
-    pthread_attr_getstack(&attr, &base, &size);
-    w->os_stack_lo = reinterpret_cast<uintptr_t>(base);
-    w->os_stack_hi = w->os_stack_lo + size;
-    pthread_attr_destroy(&attr);
-  }
 }
 
 void sanitizer_register_array(Worker* w, uint32_t offset, uint32_t size, const char* name,
@@ -320,6 +299,19 @@ extern "C" void __sanitizer_cov_store16(void* p) {
 }
 
 extern "C" void mtw_sanitizer_atomic(int inside) {
-  mtw::Worker* w = mtw::tls_worker;
+  mtw::Worker* w = mtw::worker_here();
   if (w) w->atomic_depth += inside ? 1 : -1;
 }
+
+#define MTW_FINDING_CASE(name, code, text) \
+  case code:                               \
+    return which ? text : #name;
+
+static const char* finding_kind(uint32_t code, bool which) {
+  switch (code) { MTW_FINDING_KINDS(MTW_FINDING_CASE) }
+  return nullptr;
+}
+#undef MTW_FINDING_CASE
+
+extern "C" const char* mtw_finding_kind_name(uint32_t code) { return finding_kind(code, false); }
+extern "C" const char* mtw_finding_kind_text(uint32_t code) { return finding_kind(code, true); }

@@ -19,6 +19,8 @@ struct Worker;
 struct Dispatch;
 
 constexpr uint32_t kMaxTgArrays = 64;
+// What a worker's escape jump carries when the sanitizer stops a kernel (not a signal).
+constexpr int kSanitizerStop = 0x100;
 
 struct TgArray {
   uint32_t offset;
