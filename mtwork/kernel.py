@@ -163,6 +163,13 @@ class MetalKernel:
         if self.backend is not None:
             get_backend(self.backend)
 
+    def with_texts(self, *, source: str | None = None, header: str | None = None
+                   ) -> MetalKernel:
+        """The same kernel with its body or header text replaced."""
+        return dataclasses.replace(
+            self, source=self.source if source is None else source,
+            header=self.header if header is None else header, last_sanitizer_report=None)
+
     @property
     def math_mode(self) -> str:
         return body.validate_compile_options(self.compile_options)
@@ -339,10 +346,7 @@ class Launch:
         """The kernel with `defines` written into its header."""
         if not self.defines:
             return self.kernel
-        k = self.kernel
-        return MetalKernel(k.name, k.input_names, k.output_names, k.source,
-                           define_lines(self.defines) + k.header, k.ensure_row_contiguous,
-                           k.atomic_outputs, k.compile_options, k.backend)
+        return self.kernel.with_texts(header=define_lines(self.defines) + self.kernel.header)
 
     def replace_kernel(self, kernel: MetalKernel) -> Launch:
         """This launch with another kernel (an edited one) in it."""
