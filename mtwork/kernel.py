@@ -152,6 +152,10 @@ class MetalKernel:
         _check_name(self.name)
         object.__setattr__(self, "input_names", _names(self.input_names, "input_names"))
         object.__setattr__(self, "output_names", _names(self.output_names, "output_names"))
+        both = set(self.input_names) & set(self.output_names)
+        if both:
+            raise ValueError(f"{_PREFIX}{sorted(both)} named twice: as an input and as an "
+                             f"output (the kernel's parameters need names of their own)")
         body.check_has_outputs(self.output_names)
         _check_text(self.source, "source")
         _check_text(self.header, "header")
