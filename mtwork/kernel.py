@@ -366,6 +366,11 @@ class Launch:
         arrays = list(inputs) if inputs else list(self.inputs or [])
         self.defined_kernel.compile(arrays, self.output_dtypes, self.template, backend=backend)
 
+    @property
+    def sanitizer_report(self) -> SanitizerReport | None:
+        """The sanitizer's report of this launch's last sanitized call."""
+        return self.defined_kernel.last_sanitizer_report
+
     def __call__(self, *inputs: Any, backend: str | None = None,
                  sanitize: bool | str | None = None) -> list[mx.array]:
         arrays = list(inputs) if inputs else list(self.inputs or [])
