@@ -6,6 +6,7 @@
 #include <stdint.h>
 
 #include "mtw_abi.h"
+#include "mtw_bfloat.h"
 
 // Address spaces. Declarations of threadgroup variables are rewritten before compilation
 // (see mtwork/backends/sim/rewrite.py) to live in the threadgroup's shared memory; the words
@@ -34,23 +35,29 @@
 #define __METAL_MAYBE_FAST_MATH__ 0
 #endif
 
+// What the compiler builds for a braced list (`uint4 ks = {a, b, c};`); laid out as clang
+// requires (a pointer and a length). Metal code uses no C++ library, so nothing else
+// defines it.
+namespace std {
+template <typename E>
+class initializer_list {
+  const E* __begin;
+  size_t __size;
+  constexpr initializer_list(const E* b, size_t n) : __begin(b), __size(n) {}
+
+ public:
+  constexpr initializer_list() : __begin(nullptr), __size(0) {}
+  constexpr size_t size() const { return __size; }
+  constexpr const E* begin() const { return __begin; }
+  constexpr const E* end() const { return __begin + __size; }
+};
+}  // namespace std
+
 typedef unsigned char uchar;
 typedef unsigned short ushort;
 typedef unsigned int uint;
 typedef unsigned long ulong;
 typedef _Float16 half;
-typedef __bf16 bfloat;
-
-// float -> bfloat, rounding to nearest even and keeping subnormals (as MLX does). clang
-// calls this for every conversion; the compiler's own version (and x86's instruction,
-// turned off by the driver) flush subnormals to zero.
-extern "C" __attribute__((visibility("hidden"))) __bf16 __truncsfbf2(float x) {
-  uint32_t u = __builtin_bit_cast(uint32_t, x);
-  uint16_t r = (u & 0x7fffffffu) > 0x7f800000u
-                   ? uint16_t((u >> 16) | 0x40)  // NaN stays NaN (quiet)
-                   : uint16_t((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
-  return __builtin_bit_cast(__bf16, r);
-}
 
 namespace metal {
 
@@ -136,6 +143,7 @@ template <typename T> constexpr bool is_integral_v = is_integral<T>::value;
 template <typename T> struct __is_float_base : false_type {};
 template <> struct __is_float_base<half> : true_type {};
 template <> struct __is_float_base<bfloat> : true_type {};
+template <> struct __is_float_base<__bf16> : true_type {};  // bfloat's storage
 template <> struct __is_float_base<float> : true_type {};
 template <> struct __is_float_base<double> : true_type {};
 template <typename T> struct is_floating_point : __is_float_base<remove_cv_t<T>> {};

@@ -1,0 +1,130 @@
+// Metal's bfloat scalar type.
+//
+// MSL (3.1 and later, "Scalar Data Types" and "Implicit Type Conversions") makes bfloat an
+// extended floating-point type that converts implicitly only to a type of greater floating
+// rank: bfloat goes to float without a cast, while float and half need an explicit
+// conversion to bfloat, and bfloat one to half. clang's own __bf16 refuses any conversion
+// to or from _Float16, even an explicit one, which MSL allows (MLX's fp8.h casts half to
+// bfloat), so bfloat is a class around a __bf16 that implements MSL's rules:
+// - explicit construction from float, half and double; implicit from integers, which
+//   convert to the floating operand's type as in C++'s usual arithmetic conversions;
+// - implicit conversion to float, so `bfloat + float` is float and half(b) and int(b)
+//   go through float (exact);
+// - bfloat with bfloat, or with an integer, computes in float and rounds once to bfloat
+//   (clang's __bf16 arithmetic without excess precision, and Apple's ALU), ties to even,
+//   subnormals kept (__truncsfbf2 below).
+#pragma once
+
+#include <stdint.h>
+
+// float -> __bf16, rounding to nearest even and keeping subnormals (as MLX does). clang
+// calls this for every conversion; the compiler's own version (and x86's instruction,
+// turned off by the driver) flush subnormals to zero.
+extern "C" __attribute__((visibility("hidden"))) __bf16 __truncsfbf2(float x) {
+  uint32_t u = __builtin_bit_cast(uint32_t, x);
+  uint16_t r = (u & 0x7fffffffu) > 0x7f800000u
+                   ? uint16_t((u >> 16) | 0x40)  // NaN stays NaN (quiet)
+                   : uint16_t((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+  return __builtin_bit_cast(__bf16, r);
+}
+
+template <bool c>
+struct __mtw_bf_if {};
+template <>
+struct __mtw_bf_if<true> {
+  using type = int;
+};
+// Overloads for integer operands, and constructors from floating-point ones.
+#define MTW_BF_INTEGER(T) typename __mtw_bf_if<__is_integral(T)>::type = 0
+#define MTW_BF_FLOATING(T) \
+  typename __mtw_bf_if<__is_floating_point(T) || __is_same(T, __bf16)>::type = 0
+
+struct __mtw_bfloat {
+  __bf16 __value;
+
+  __mtw_bfloat() = default;
+  template <typename F, MTW_BF_FLOATING(F)>
+  explicit constexpr __attribute__((always_inline)) __mtw_bfloat(F x)
+      : __value(__bf16(float(x))) {}
+  template <typename I, MTW_BF_INTEGER(I)>
+  constexpr __attribute__((always_inline)) __mtw_bfloat(I x) : __value(__bf16(x)) {}
+
+  constexpr __attribute__((always_inline)) operator float() const { return float(__value); }
+
+  static constexpr __attribute__((always_inline)) __mtw_bfloat from(__bf16 v) {
+    __mtw_bfloat r;
+    r.__value = v;
+    return r;
+  }
+
+#define MTW_BF_ARITHMETIC(op)                                                              \
+  friend constexpr __attribute__((always_inline)) __mtw_bfloat operator op(__mtw_bfloat a, \
+                                                                           __mtw_bfloat b) { \
+    return from(a.__value op b.__value);                                                   \
+  }                                                                                        \
+  template <typename I, MTW_BF_INTEGER(I)>                              \
+  friend constexpr __attribute__((always_inline)) __mtw_bfloat operator op(__mtw_bfloat a, \
+                                                                           I b) {          \
+    return a op __mtw_bfloat(b);                                                           \
+  }                                                                                        \
+  template <typename I, MTW_BF_INTEGER(I)>                              \
+  friend constexpr __attribute__((always_inline)) __mtw_bfloat operator op(I a,            \
+                                                                           __mtw_bfloat b) { \
+    return __mtw_bfloat(a) op b;                                                           \
+  }                                                                                        \
+  template <typename U>                                                                    \
+  constexpr __attribute__((always_inline)) __mtw_bfloat& operator op##=(U b) {             \
+    return *this = __mtw_bfloat(*this op b);                                               \
+  }
+  MTW_BF_ARITHMETIC(+)
+  MTW_BF_ARITHMETIC(-)
+  MTW_BF_ARITHMETIC(*)
+  MTW_BF_ARITHMETIC(/)
+#undef MTW_BF_ARITHMETIC
+
+  // Comparisons with an integer convert it to bfloat first; others compare as floats.
+#define MTW_BF_COMPARE(op)                                                                 \
+  template <typename I, MTW_BF_INTEGER(I)>                              \
+  friend constexpr __attribute__((always_inline)) bool operator op(__mtw_bfloat a, I b) {  \
+    return float(a) op float(__mtw_bfloat(b));                                             \
+  }                                                                                        \
+  template <typename I, MTW_BF_INTEGER(I)>                              \
+  friend constexpr __attribute__((always_inline)) bool operator op(I a, __mtw_bfloat b) {  \
+    return float(__mtw_bfloat(a)) op float(b);                                             \
+  }
+  MTW_BF_COMPARE(==)
+  MTW_BF_COMPARE(!=)
+  MTW_BF_COMPARE(<)
+  MTW_BF_COMPARE(<=)
+  MTW_BF_COMPARE(>)
+  MTW_BF_COMPARE(>=)
+#undef MTW_BF_COMPARE
+
+  friend constexpr __attribute__((always_inline)) __mtw_bfloat operator-(__mtw_bfloat a) {
+    return from(-a.__value);
+  }
+  friend constexpr __attribute__((always_inline)) __mtw_bfloat operator+(__mtw_bfloat a) {
+    return a;
+  }
+  constexpr __attribute__((always_inline)) __mtw_bfloat& operator++() {
+    return *this = *this + 1;
+  }
+  constexpr __attribute__((always_inline)) __mtw_bfloat& operator--() {
+    return *this = *this - 1;
+  }
+  constexpr __attribute__((always_inline)) __mtw_bfloat operator++(int) {
+    __mtw_bfloat old = *this;
+    ++*this;
+    return old;
+  }
+  constexpr __attribute__((always_inline)) __mtw_bfloat operator--(int) {
+    __mtw_bfloat old = *this;
+    --*this;
+    return old;
+  }
+};
+#undef MTW_BF_INTEGER
+#undef MTW_BF_FLOATING
+static_assert(sizeof(__mtw_bfloat) == 2 && alignof(__mtw_bfloat) == 2, "bfloat is 2 bytes");
+
+typedef __mtw_bfloat bfloat;
