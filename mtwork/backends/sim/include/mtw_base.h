@@ -11,8 +11,12 @@
 // Address spaces. Declarations of threadgroup variables are rewritten before compilation
 // (see mtwork/backends/sim/rewrite.py) to live in the threadgroup's shared memory; the words
 // left over are qualifiers on pointers and references, which need no code on a CPU.
+// `constant` memory is read-only (MSL specification, "constant Address Space"), so it is
+// `const`: a `constexpr constant float t[16]` table then passes to a `constant float*`
+// parameter, and `const constant T&` is a (permitted) repeated const.
+#pragma clang diagnostic ignored "-Wduplicate-decl-specifier"
 #define device
-#define constant
+#define constant const
 #define thread
 #define threadgroup
 #define threadgroup_imageblock
@@ -192,6 +196,8 @@ template <> struct make_signed<ulong> { using type = long; };
 template <typename T> using make_signed_t = typename make_signed<T>::type;
 
 template <typename T> T&& __declval();
+template <typename T, typename...> struct __first { using type = T; };
+template <typename... T> using __first_t = typename __first<T...>::type;
 template <typename T> struct is_void : is_same<remove_cv_t<T>, void> {};
 template <typename T> constexpr bool is_void_v = is_void<T>::value;
 

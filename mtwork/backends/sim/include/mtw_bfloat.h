@@ -34,6 +34,15 @@ template <>
 struct __mtw_bf_if<true> {
   using type = int;
 };
+template <typename T>
+T&& __mtw_bf_declval();
+// A class with a conversion to bool (MLX's _NoMask), probed without overload resolution.
+template <typename U>
+using __mtw_bf_to_bool = decltype((void)__mtw_bf_declval<const U&>().operator bool());
+template <typename U, typename = void>
+constexpr bool __mtw_bf_boolish = false;
+template <typename U>
+constexpr bool __mtw_bf_boolish<U, __mtw_bf_to_bool<U>> = true;
 // Overloads for integer operands, and constructors from floating-point ones.
 #define MTW_BF_INTEGER(T) typename __mtw_bf_if<__is_integral(T)>::type = 0
 #define MTW_BF_FLOATING(T) \
@@ -48,6 +57,15 @@ struct __mtw_bfloat {
       : __value(__bf16(float(x))) {}
   template <typename I, MTW_BF_INTEGER(I)>
   constexpr __attribute__((always_inline)) __mtw_bfloat(I x) : __value(__bf16(x)) {}
+  // A class converting to a number converts on as that number would: implicitly from a
+  // bool, explicitly from anything else that converts to float.
+  template <typename U, typename __mtw_bf_if<__mtw_bf_boolish<U>>::type = 0>
+  constexpr __attribute__((always_inline)) __mtw_bfloat(const U& u)
+      : __value(__bf16(float(bool(u)))) {}
+  template <typename U, typename __mtw_bf_if<__is_class(U) && !__mtw_bf_boolish<U> &&
+                                             __is_convertible(U, float)>::type = 0>
+  explicit constexpr __attribute__((always_inline)) __mtw_bfloat(const U& u)
+      : __value(__bf16(float(u))) {}
 
   constexpr __attribute__((always_inline)) operator float() const { return float(__value); }
 

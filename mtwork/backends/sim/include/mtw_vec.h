@@ -367,6 +367,36 @@ MTW_VEC_FROM_PACKED(4)
 #undef MTW_PACKED_ARITHMETIC
 #undef MTW_PACKED_BINARY
 
+// Calls mixing vectors and scalars. Metal's standard library functions take a vector with
+// scalars (`fmax(0, v)`, `clamp(v, lo, hi)`, `select(0.0f, v, mask)`), each argument
+// converting implicitly to the vector's type. `__vector_call_t<A...>` is the first vector
+// argument's type (unpacked), provided every argument converts to it implicitly; the
+// overload drops out otherwise.
+template <typename A>
+struct __unpacked {
+  using type = A;
+};
+template <typename T, int N>
+struct __unpacked<packed_vec<T, N>> {
+  using type = vec<T, N>;
+};
+template <typename... A>
+struct __first_vector {
+  using type = void;
+};
+template <typename A, typename... R>
+struct __first_vector<A, R...> {
+  using type = conditional_t<__is_vec_v<A>, typename __unpacked<remove_cvref_t<A>>::type,
+                             typename __first_vector<R...>::type>;
+};
+template <typename V, typename... A>
+using __if_all_convert_t = enable_if_t<!is_void_v<V> && (is_convertible_v<A, V> && ...), V>;
+template <typename... A>
+using __vector_call_t = __if_all_convert_t<typename __first_vector<A...>::type, A...>;
+template <typename... A>
+using __float_vector_call_t =
+    enable_if_t<is_floating_point_v<__elem_t<__vector_call_t<A...>>>, __vector_call_t<A...>>;
+
 template <typename To, typename From>
 MTW_INLINE To as_type(From x) {
   static_assert(sizeof(To) == sizeof(From), "as_type: the two types must have the same size");
