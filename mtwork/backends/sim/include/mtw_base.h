@@ -21,6 +21,8 @@
 #define threadgroup
 #define threadgroup_imageblock
 #define ray_data
+// Memory coherence (`coherent(device) device T*`): CPU memory is coherent already.
+#define coherent(scope)
 #define object_data
 // Function qualifiers: a kernel is an ordinary function here (the launcher calls it).
 #define kernel

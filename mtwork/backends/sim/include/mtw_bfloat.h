@@ -8,8 +8,10 @@
 // bfloat), so bfloat is a class around a __bf16 that implements MSL's rules:
 // - explicit construction from float, half and double; implicit from integers, which
 //   convert to the floating operand's type as in C++'s usual arithmetic conversions;
-// - implicit conversion to float, so `bfloat + float` is float and half(b) and int(b)
-//   go through float (exact);
+// - implicit conversion to float (and bool), so `bfloat + float` is float; explicit ones
+//   to half and integers (through float, which holds every bfloat exactly). MSL converts
+//   bfloat to integers implicitly too, which a class cannot do without making
+//   `c ? b : 0` ambiguous: such code needs a cast here;
 // - bfloat with bfloat, or with an integer, computes in float and rounds once to bfloat
 //   (clang's __bf16 arithmetic without excess precision, and Apple's ALU), ties to even,
 //   subnormals kept (__truncsfbf2 below).
@@ -67,7 +69,18 @@ struct __mtw_bfloat {
   explicit constexpr __attribute__((always_inline)) __mtw_bfloat(const U& u)
       : __value(__bf16(float(u))) {}
 
-  constexpr __attribute__((always_inline)) operator float() const { return float(__value); }
+  // To float and bool implicitly; to half, integers and double only explicitly, so that
+  // `c ? b : 0` is a bfloat as with a built-in type. (Templates: a conversion template
+  // yields exactly its target type, so no implicit conversion goes on from float to int.)
+  template <typename A, typename __mtw_bf_if<__is_same(A, float) || __is_same(A, bool)>::type = 0>
+  constexpr __attribute__((always_inline)) operator A() const {
+    return A(float(__value));
+  }
+  template <typename A, typename __mtw_bf_if<__is_arithmetic(A) && !__is_same(A, float) &&
+                                             !__is_same(A, bool)>::type = 0>
+  explicit constexpr __attribute__((always_inline)) operator A() const {
+    return A(float(__value));
+  }
 
   static constexpr __attribute__((always_inline)) __mtw_bfloat from(__bf16 v) {
     __mtw_bfloat r;
@@ -100,8 +113,12 @@ struct __mtw_bfloat {
   MTW_BF_ARITHMETIC(/)
 #undef MTW_BF_ARITHMETIC
 
-  // Comparisons with an integer convert it to bfloat first; others compare as floats.
+  // Comparisons: with an integer, which converts to bfloat first, or as floats.
 #define MTW_BF_COMPARE(op)                                                                 \
+  friend constexpr __attribute__((always_inline)) bool operator op(__mtw_bfloat a,         \
+                                                                   __mtw_bfloat b) {       \
+    return float(a) op float(b);                                                           \
+  }                                                                                        \
   template <typename I, MTW_BF_INTEGER(I)>                              \
   friend constexpr __attribute__((always_inline)) bool operator op(__mtw_bfloat a, I b) {  \
     return float(a) op float(__mtw_bfloat(b));                                             \
