@@ -8,10 +8,10 @@
 // bfloat), so bfloat is a class around a __bf16 that implements MSL's rules:
 // - explicit construction from float, half and double; implicit from integers, which
 //   convert to the floating operand's type as in C++'s usual arithmetic conversions;
-// - implicit conversion to float (and bool), so `bfloat + float` is float; explicit ones
-//   to half and integers (through float, which holds every bfloat exactly). MSL converts
-//   bfloat to integers implicitly too, which a class cannot do without making
-//   `c ? b : 0` ambiguous: such code needs a cast here;
+// - implicit conversion to float, bool and unsigned integers, so `bfloat + float` is a
+//   float; explicit ones to half and signed integers (through float, which holds every
+//   bfloat exactly). MSL converts bfloat to signed integers implicitly too, which a class
+//   cannot do without making `c ? b : 0` ambiguous: such code needs a cast here;
 // - bfloat with bfloat, or with an integer, computes in float and rounds once to bfloat
 //   (clang's __bf16 arithmetic without excess precision, and Apple's ALU), ties to even,
 //   subnormals kept (__truncsfbf2 below).
@@ -45,8 +45,13 @@ template <typename U, typename = void>
 constexpr bool __mtw_bf_boolish = false;
 template <typename U>
 constexpr bool __mtw_bf_boolish<U, __mtw_bf_to_bool<U>> = true;
+template <typename A>
+constexpr bool __mtw_bf_implicit_target =
+    __is_same(A, float) || (__is_integral(A) && __is_unsigned(A));  // bool is unsigned
 // Overloads for integer operands, and constructors from floating-point ones.
 #define MTW_BF_INTEGER(T) typename __mtw_bf_if<__is_integral(T)>::type = 0
+// float and double, which a bfloat operand widens to (bfloat + float is a float).
+#define MTW_BF_WIDER(T) typename __mtw_bf_if<__is_same(T, float) || __is_same(T, double)>::type = 0
 #define MTW_BF_FLOATING(T) \
   typename __mtw_bf_if<__is_floating_point(T) || __is_same(T, __bf16)>::type = 0
 
@@ -69,15 +74,16 @@ struct __mtw_bfloat {
   explicit constexpr __attribute__((always_inline)) __mtw_bfloat(const U& u)
       : __value(__bf16(float(u))) {}
 
-  // To float and bool implicitly; to half, integers and double only explicitly, so that
-  // `c ? b : 0` is a bfloat as with a built-in type. (Templates: a conversion template
-  // yields exactly its target type, so no implicit conversion goes on from float to int.)
-  template <typename A, typename __mtw_bf_if<__is_same(A, float) || __is_same(A, bool)>::type = 0>
+  // Implicitly to float, bool and the unsigned integers (MLX's sort.h stores a bfloat into
+  // a uint), explicitly to half and the signed integers: were bfloat -> int implicit like
+  // int -> bfloat, `c ? b : 0` would be ambiguous instead of a bfloat. (Templates: a
+  // conversion template yields exactly its target, so no conversion goes on from float.)
+  template <typename A, typename __mtw_bf_if<__mtw_bf_implicit_target<A>>::type = 0>
   constexpr __attribute__((always_inline)) operator A() const {
     return A(float(__value));
   }
-  template <typename A, typename __mtw_bf_if<__is_arithmetic(A) && !__is_same(A, float) &&
-                                             !__is_same(A, bool)>::type = 0>
+  template <typename A, typename __mtw_bf_if<__is_arithmetic(A) &&
+                                             !__mtw_bf_implicit_target<A>>::type = 0>
   explicit constexpr __attribute__((always_inline)) operator A() const {
     return A(float(__value));
   }
@@ -103,9 +109,26 @@ struct __mtw_bfloat {
                                                                            __mtw_bfloat b) { \
     return __mtw_bfloat(a) op b;                                                           \
   }                                                                                        \
+  template <typename F, MTW_BF_WIDER(F)>                                                   \
+  friend constexpr __attribute__((always_inline)) F operator op(__mtw_bfloat a, F b) {     \
+    return F(float(a)) op b;                                                               \
+  }                                                                                        \
+  template <typename F, MTW_BF_WIDER(F)>                                                   \
+  friend constexpr __attribute__((always_inline)) F operator op(F a, __mtw_bfloat b) {     \
+    return a op F(float(b));                                                               \
+  }                                                                                        \
   template <typename U>                                                                    \
   constexpr __attribute__((always_inline)) __mtw_bfloat& operator op##=(U b) {             \
     return *this = __mtw_bfloat(*this op b);                                               \
+  }                                                                                        \
+  /* `x op= b` for a float or integer x, computed as `x op b` is. */                      \
+  template <typename F, MTW_BF_WIDER(F)>                                                   \
+  friend constexpr __attribute__((always_inline)) F& operator op##=(F & a, __mtw_bfloat b) { \
+    return a = a op b;                                                                     \
+  }                                                                                        \
+  template <typename I, MTW_BF_INTEGER(I)>                                                 \
+  friend constexpr __attribute__((always_inline)) I& operator op##=(I & a, __mtw_bfloat b) { \
+    return a = I(a op b);                                                                  \
   }
   MTW_BF_ARITHMETIC(+)
   MTW_BF_ARITHMETIC(-)
@@ -126,6 +149,14 @@ struct __mtw_bfloat {
   template <typename I, MTW_BF_INTEGER(I)>                              \
   friend constexpr __attribute__((always_inline)) bool operator op(I a, __mtw_bfloat b) {  \
     return float(__mtw_bfloat(a)) op float(b);                                             \
+  }                                                                                        \
+  template <typename F, MTW_BF_WIDER(F)>                                                   \
+  friend constexpr __attribute__((always_inline)) bool operator op(__mtw_bfloat a, F b) {  \
+    return F(float(a)) op b;                                                               \
+  }                                                                                        \
+  template <typename F, MTW_BF_WIDER(F)>                                                   \
+  friend constexpr __attribute__((always_inline)) bool operator op(F a, __mtw_bfloat b) {  \
+    return a op F(float(b));                                                               \
   }
   MTW_BF_COMPARE(==)
   MTW_BF_COMPARE(!=)
@@ -160,6 +191,7 @@ struct __mtw_bfloat {
 };
 #undef MTW_BF_INTEGER
 #undef MTW_BF_FLOATING
+#undef MTW_BF_WIDER
 static_assert(sizeof(__mtw_bfloat) == 2 && alignof(__mtw_bfloat) == 2, "bfloat is 2 bytes");
 
 typedef __mtw_bfloat bfloat;

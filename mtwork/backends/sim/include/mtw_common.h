@@ -43,6 +43,21 @@ MTW_SCALAR_INT_AND_FLOAT(uint)
 MTW_SCALAR_INT_AND_FLOAT(long)
 MTW_SCALAR_INT_AND_FLOAT(ulong)
 #undef MTW_SCALAR_INT_AND_FLOAT
+// bfloat, which converts to both float and unsigned integers, gets its own (as templates,
+// so that MLX's bf16_math.h overloads of the same functions take precedence).
+#define MTW_BFLOAT_AS_FLOAT(name, ...)                                                    \
+  template <typename T, typename = enable_if_t<is_same_v<T, bfloat>>>                    \
+  MTW_INLINE T name(__VA_ARGS__)
+MTW_BFLOAT_AS_FLOAT(max, T a, T b) { return T(max(float(a), float(b))); }
+MTW_BFLOAT_AS_FLOAT(min, T a, T b) { return T(min(float(a), float(b))); }
+MTW_BFLOAT_AS_FLOAT(max3, T a, T b, T c) { return T(max3(float(a), float(b), float(c))); }
+MTW_BFLOAT_AS_FLOAT(min3, T a, T b, T c) { return T(min3(float(a), float(b), float(c))); }
+MTW_BFLOAT_AS_FLOAT(median3, T a, T b, T c) {
+  return T(median3(float(a), float(b), float(c)));
+}
+MTW_BFLOAT_AS_FLOAT(clamp, T x, T lo, T hi) { return T(clamp(float(x), float(lo), float(hi))); }
+MTW_BFLOAT_AS_FLOAT(abs, T a) { return T(abs(float(a))); }
+#undef MTW_BFLOAT_AS_FLOAT
 // Scalars of mixed types (max(x, 0) with float x, clamp(h, 0, 1) with half h) resolve as
 // Metal does: to their common arithmetic type.
 template <typename... A>

@@ -83,6 +83,11 @@ template <typename T, int N>
 MTW_INLINE vec<T, N> select(vec<T, N> a, vec<T, N> b, bool c) {
   return c ? b : a;
 }
+template <typename A, typename B, typename = enable_if_t<__mixed_scalars_v<A, B>>>
+MTW_INLINE auto select(A a, B b, bool c) {
+  using R = decltype(a + b);
+  return c ? R(b) : R(a);
+}
 template <typename A, typename B, typename C, typename V = __vector_call_t<A, B>,
           typename = enable_if_t<is_same_v<C, bool> ||
                                  is_same_v<C, vec<bool, __vec_traits<V>::size>>>>
