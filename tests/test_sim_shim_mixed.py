@@ -38,7 +38,7 @@ def test_float_functions_take_scalars_in_any_place() -> None:
     a, b = X[:4].astype(np.float64), X[4:].astype(np.float64)
     want = [np.maximum(0, a), np.minimum(1, b), np.maximum(a, 0.5), np.minimum(b, 2),
             np.clip(b, -1, 2), a + (b - a) * 0.25, np.where(b < 0.5, 0.0, 1.0),
-            np.where(0.0 < a, 0.0, 1.0), smoothstep(0, 2, b),
+            np.where(a > 0.0, 0.0, 1.0), smoothstep(0, 2, b),
             np.maximum(0, np.minimum(1, b / 6 + 0.5)), np.abs(b), a * 2 + b,
             np.maximum(np.maximum(a, 0), b), np.copysign(1, a)]
     np.testing.assert_allclose(out, np.array(want), rtol=1e-6, atol=1e-7)

@@ -11,9 +11,9 @@
 // Address spaces. Declarations of threadgroup variables are rewritten before compilation
 // (see mtwork/backends/sim/rewrite.py) to live in the threadgroup's shared memory; the words
 // left over are qualifiers on pointers and references, which need no code on a CPU.
-// `constant` memory is read-only (MSL specification, "constant Address Space"), so it is
-// `const`: a `constexpr constant float t[16]` table then passes to a `constant float*`
-// parameter, and `const constant T&` is a (permitted) repeated const.
+// `constant` memory is read-only (MSL specification, "constant Address Space"), so the word
+// is `const`: a `constexpr constant float t[16]` table then passes to a `constant float*`
+// parameter. `const constant T&` repeats the const, which clang accepts (warning off).
 #pragma clang diagnostic ignored "-Wduplicate-decl-specifier"
 #define device
 #define constant const
@@ -21,9 +21,9 @@
 #define threadgroup
 #define threadgroup_imageblock
 #define ray_data
-// Memory coherence (`coherent(device) device T*`): CPU memory is coherent already.
-#define coherent(scope)
 #define object_data
+// Memory coherence (`volatile coherent(system) device T*`): CPU memory is coherent already.
+#define coherent(scope)
 // Function qualifiers: a kernel is an ordinary function here (the launcher calls it).
 #define kernel
 

@@ -83,43 +83,45 @@ MTW_INLINE constexpr typename __vec_storage_elem<T>::type __storage_of(T x) {
 template <typename S>
 constexpr bool __is_scalar_v = is_arithmetic_v<remove_cvref_t<S>>;
 
-#define MTW_VEC_BINARY(op)                                                               \
-  friend MTW_INLINE vec operator op(vec a, vec b) { return from_storage(a.v op b.v); }   \
-  /* A scalar operand converts to the element type. */                                   \
-  template <typename S, enable_if_t<__is_scalar_v<S>, int> = 0>                          \
+// A scalar operand of any arithmetic type, converted to the element type.
+#define MTW_VEC_SCALAR template <typename S, enable_if_t<__is_scalar_v<S>, int> = 0>
+
+#define MTW_VEC_BINARY(op)                                                                 \
+  friend MTW_INLINE vec operator op(vec a, vec b) { return from_storage(a.v op b.v); }     \
+  MTW_VEC_SCALAR                                                                           \
   friend MTW_INLINE vec operator op(vec a, S b) { return from_storage(a.v op splat(T(b))); } \
-  template <typename S, enable_if_t<__is_scalar_v<S>, int> = 0>                          \
+  MTW_VEC_SCALAR                                                                           \
   friend MTW_INLINE vec operator op(S a, vec b) { return from_storage(splat(T(a)) op b.v); } \
-  MTW_INLINE vec& operator op##=(vec b) {                                                 \
-    v = v op b.v;                                                                        \
-    return *this;                                                                        \
-  }                                                                                      \
-  template <typename S, enable_if_t<__is_scalar_v<S>, int> = 0>                         \
-  MTW_INLINE vec& operator op##=(S b) {                                                   \
-    v = v op splat(T(b));                                                                \
-    return *this;                                                                        \
+  MTW_INLINE vec& operator op##=(vec b) {                                                  \
+    v = v op b.v;                                                                          \
+    return *this;                                                                          \
+  }                                                                                        \
+  MTW_VEC_SCALAR                                                                           \
+  MTW_INLINE vec& operator op##=(S b) {                                                    \
+    v = v op splat(T(b));                                                                  \
+    return *this;                                                                          \
   }
 
 // MSL masks shift counts to the width of the element type.
-#define MTW_VEC_SHIFT(op)                                                                 \
-  friend MTW_INLINE vec operator op(vec a, vec b) {                                       \
-    return from_storage(a.v op(b.v & storage(__bits<T> - 1)));                            \
-  }                                                                                       \
-  template <typename S, enable_if_t<__is_scalar_v<S>, int> = 0>                          \
-  friend MTW_INLINE vec operator op(vec a, S b) { return a op vec(T(b)); }                \
-  template <typename S, enable_if_t<__is_scalar_v<S>, int> = 0>                          \
-  friend MTW_INLINE vec operator op(S a, vec b) { return vec(T(a)) op b; }                \
-  MTW_INLINE vec& operator op##=(vec b) { return *this = *this op b; }                    \
-  template <typename S, enable_if_t<__is_scalar_v<S>, int> = 0>                          \
+#define MTW_VEC_SHIFT(op)                                                                  \
+  friend MTW_INLINE vec operator op(vec a, vec b) {                                        \
+    return from_storage(a.v op(b.v & storage(__bits<T> - 1)));                             \
+  }                                                                                        \
+  MTW_VEC_SCALAR                                                                           \
+  friend MTW_INLINE vec operator op(vec a, S b) { return a op vec(T(b)); }                 \
+  MTW_VEC_SCALAR                                                                           \
+  friend MTW_INLINE vec operator op(S a, vec b) { return vec(T(a)) op b; }                 \
+  MTW_INLINE vec& operator op##=(vec b) { return *this = *this op b; }                     \
+  MTW_VEC_SCALAR                                                                           \
   MTW_INLINE vec& operator op##=(S b) { return *this = *this op vec(T(b)); }
 
-#define MTW_VEC_COMPARE(op, N)                                                              \
+#define MTW_VEC_COMPARE(op, N)                                                             \
   friend MTW_INLINE vec<bool, N> operator op(vec a, vec b) {                               \
     return __mask_to_bool<N>(a.v op b.v);                                                  \
   }                                                                                        \
-  template <typename S, enable_if_t<__is_scalar_v<S>, int> = 0>                           \
+  MTW_VEC_SCALAR                                                                           \
   friend MTW_INLINE vec<bool, N> operator op(vec a, S b) { return a op vec(T(b)); }        \
-  template <typename S, enable_if_t<__is_scalar_v<S>, int> = 0>                           \
+  MTW_VEC_SCALAR                                                                           \
   friend MTW_INLINE vec<bool, N> operator op(S a, vec b) { return vec(T(a)) op b; }
 
 #define MTW_VEC_COMMON(N)                                                                  \
@@ -142,7 +144,7 @@ constexpr bool __is_scalar_v = is_arithmetic_v<remove_cvref_t<S>>;
       if (i < N) v[i++] = __storage_of(x);                                                 \
   }                                                                                        \
   template <typename A0, typename A1, typename... As,                                      \
-            typename = enable_if_t<__component_count<A0, A1, As...>() == N>>              \
+            typename = enable_if_t<__component_count<A0, A1, As...>() == N>>               \
   MTW_INLINE vec(A0 a0, A1 a1, As... as) {                                                 \
     storage tmp;                                                                           \
     int i = 0;                                                                             \
@@ -185,12 +187,12 @@ constexpr bool __is_scalar_v = is_arithmetic_v<remove_cvref_t<S>>;
   MTW_VEC_BINARY(^)                                                                        \
   MTW_VEC_SHIFT(<<)                                                                        \
   MTW_VEC_SHIFT(>>)                                                                        \
-  MTW_VEC_COMPARE(==, N)                                                                      \
-  MTW_VEC_COMPARE(!=, N)                                                                      \
-  MTW_VEC_COMPARE(<, N)                                                                       \
-  MTW_VEC_COMPARE(<=, N)                                                                      \
-  MTW_VEC_COMPARE(>, N)                                                                       \
-  MTW_VEC_COMPARE(>=, N)                                                                      \
+  MTW_VEC_COMPARE(==, N)                                                                   \
+  MTW_VEC_COMPARE(!=, N)                                                                   \
+  MTW_VEC_COMPARE(<, N)                                                                    \
+  MTW_VEC_COMPARE(<=, N)                                                                   \
+  MTW_VEC_COMPARE(>, N)                                                                    \
+  MTW_VEC_COMPARE(>=, N)                                                                   \
   friend MTW_INLINE vec operator-(vec a) { return from_storage(-a.v); }                    \
   friend MTW_INLINE vec operator+(vec a) { return a; }                                     \
   friend MTW_INLINE vec operator~(vec a) { return from_storage(~a.v); }                    \
@@ -282,48 +284,52 @@ MTW_INLINE vec<bool, N> __mask_to_bool(Mask m) {
 // the vector operators (computed as vectors, giving vectors).
 #define MTW_PACKED_BINARY(op)                                                              \
   friend MTW_INLINE auto operator op(packed_vec a, packed_vec b) {                         \
-    return __unpacked(a) op __unpacked(b);                                                   \
+    return __unpacked(a) op __unpacked(b);                                                 \
   }                                                                                        \
-  friend MTW_INLINE auto operator op(packed_vec a, __unpacked b) { return __unpacked(a) op b; } \
-  friend MTW_INLINE auto operator op(__unpacked a, packed_vec b) { return a op __unpacked(b); } \
-  friend MTW_INLINE auto operator op(packed_vec a, T b) { return __unpacked(a) op b; }      \
+  friend MTW_INLINE auto operator op(packed_vec a, __unpacked b) {                         \
+    return __unpacked(a) op b;                                                             \
+  }                                                                                        \
+  friend MTW_INLINE auto operator op(__unpacked a, packed_vec b) {                         \
+    return a op __unpacked(b);                                                             \
+  }                                                                                        \
+  friend MTW_INLINE auto operator op(packed_vec a, T b) { return __unpacked(a) op b; }     \
   friend MTW_INLINE auto operator op(T a, packed_vec b) { return a op __unpacked(b); }
 #define MTW_PACKED_ARITHMETIC(op)                                                          \
   MTW_PACKED_BINARY(op)                                                                    \
   MTW_INLINE packed_vec& operator op##=(__unpacked b) { return *this = __unpacked(*this) op b; }
-#define MTW_PACKED_COMMON(N)                                                              \
-  using __unpacked = vec<T, N>;                                                           \
-  packed_vec() = default;                                                                 \
-  MTW_INLINE packed_vec(vec<T, N> o) {                                                    \
-    for (int i = 0; i < N; ++i) elements[i] = o[i];                                       \
-  }                                                                                       \
-  MTW_INLINE packed_vec(T s) : packed_vec(vec<T, N>(s)) {}                                \
-  MTW_INLINE packed_vec(std::initializer_list<T> list) : packed_vec(vec<T, N>(list)) {}   \
-  template <typename A0, typename A1, typename... As,                                     \
-            typename = enable_if_t<__component_count<A0, A1, As...>() == N>>             \
-  MTW_INLINE packed_vec(A0 a0, A1 a1, As... as) : packed_vec(vec<T, N>(a0, a1, as...)) {} \
-  template <typename U, typename = enable_if_t<!is_same_v<U, T>>>                         \
-  explicit MTW_INLINE packed_vec(vec<U, N> o) : packed_vec(vec<T, N>(o)) {}               \
-  template <typename U, typename = enable_if_t<!is_same_v<U, T>>>                         \
-  explicit MTW_INLINE packed_vec(packed_vec<U, N> o) : packed_vec(vec<T, N>(o)) {}        \
-  MTW_INLINE T& operator[](int i) { return elements[i]; }                                 \
-  MTW_INLINE const T& operator[](int i) const { return elements[i]; }                     \
-  MTW_PACKED_ARITHMETIC(+)                                                                \
-  MTW_PACKED_ARITHMETIC(-)                                                                \
-  MTW_PACKED_ARITHMETIC(*)                                                                \
-  MTW_PACKED_ARITHMETIC(/)                                                                \
-  MTW_PACKED_ARITHMETIC(%)                                                                \
-  MTW_PACKED_ARITHMETIC(&)                                                                \
-  MTW_PACKED_ARITHMETIC(|)                                                                \
-  MTW_PACKED_ARITHMETIC(^)                                                                \
-  MTW_PACKED_ARITHMETIC(<<)                                                               \
-  MTW_PACKED_ARITHMETIC(>>)                                                               \
-  MTW_PACKED_BINARY(==)                                                                   \
-  MTW_PACKED_BINARY(!=)                                                                   \
-  MTW_PACKED_BINARY(<)                                                                    \
-  MTW_PACKED_BINARY(<=)                                                                   \
-  MTW_PACKED_BINARY(>)                                                                    \
-  MTW_PACKED_BINARY(>=)                                                                   \
+#define MTW_PACKED_COMMON(N)                                                               \
+  using __unpacked = vec<T, N>;                                                            \
+  packed_vec() = default;                                                                  \
+  MTW_INLINE packed_vec(vec<T, N> o) {                                                     \
+    for (int i = 0; i < N; ++i) elements[i] = o[i];                                        \
+  }                                                                                        \
+  MTW_INLINE packed_vec(T s) : packed_vec(vec<T, N>(s)) {}                                 \
+  MTW_INLINE packed_vec(std::initializer_list<T> list) : packed_vec(vec<T, N>(list)) {}    \
+  template <typename A0, typename A1, typename... As,                                      \
+            typename = enable_if_t<__component_count<A0, A1, As...>() == N>>               \
+  MTW_INLINE packed_vec(A0 a0, A1 a1, As... as) : packed_vec(vec<T, N>(a0, a1, as...)) {}  \
+  template <typename U, typename = enable_if_t<!is_same_v<U, T>>>                          \
+  explicit MTW_INLINE packed_vec(vec<U, N> o) : packed_vec(vec<T, N>(o)) {}                \
+  template <typename U, typename = enable_if_t<!is_same_v<U, T>>>                          \
+  explicit MTW_INLINE packed_vec(packed_vec<U, N> o) : packed_vec(vec<T, N>(o)) {}         \
+  MTW_INLINE T& operator[](int i) { return elements[i]; }                                  \
+  MTW_INLINE const T& operator[](int i) const { return elements[i]; }                      \
+  MTW_PACKED_ARITHMETIC(+)                                                                 \
+  MTW_PACKED_ARITHMETIC(-)                                                                 \
+  MTW_PACKED_ARITHMETIC(*)                                                                 \
+  MTW_PACKED_ARITHMETIC(/)                                                                 \
+  MTW_PACKED_ARITHMETIC(%)                                                                 \
+  MTW_PACKED_ARITHMETIC(&)                                                                 \
+  MTW_PACKED_ARITHMETIC(|)                                                                 \
+  MTW_PACKED_ARITHMETIC(^)                                                                 \
+  MTW_PACKED_ARITHMETIC(<<)                                                                \
+  MTW_PACKED_ARITHMETIC(>>)                                                                \
+  MTW_PACKED_BINARY(==)                                                                    \
+  MTW_PACKED_BINARY(!=)                                                                    \
+  MTW_PACKED_BINARY(<)                                                                     \
+  MTW_PACKED_BINARY(<=)                                                                    \
+  MTW_PACKED_BINARY(>)                                                                     \
+  MTW_PACKED_BINARY(>=)                                                                    \
   friend MTW_INLINE vec<T, N> operator-(packed_vec a) { return -vec<T, N>(a); }
 
 template <typename T>
@@ -354,10 +360,10 @@ struct packed_vec<T, 4> {
   MTW_PACKED_COMMON(4)
 };
 
-#define MTW_VEC_FROM_PACKED(N)                                        \
-  template <typename T>                                               \
-  MTW_INLINE vec<T, N>::vec(packed_vec<T, N> p) {                     \
-    for (int i = 0; i < N; ++i) (*this)[i] = p.elements[i];           \
+#define MTW_VEC_FROM_PACKED(N)                                                             \
+  template <typename T>                                                                    \
+  MTW_INLINE vec<T, N>::vec(packed_vec<T, N> p) {                                          \
+    for (int i = 0; i < N; ++i) (*this)[i] = p.elements[i];                                \
   }
 MTW_VEC_FROM_PACKED(2)
 MTW_VEC_FROM_PACKED(3)
@@ -366,6 +372,7 @@ MTW_VEC_FROM_PACKED(4)
 #undef MTW_PACKED_COMMON
 #undef MTW_PACKED_ARITHMETIC
 #undef MTW_PACKED_BINARY
+#undef MTW_VEC_SCALAR
 
 // Calls mixing vectors and scalars. Metal's standard library functions take a vector with
 // scalars (`fmax(0, v)`, `clamp(v, lo, hi)`, `select(0.0f, v, mask)`), each argument
@@ -405,20 +412,20 @@ MTW_INLINE To as_type(From x) {
 
 }  // namespace metal
 
-#define MTW_VECTOR_NAMES(T, name)                                    \
-  typedef metal::vec<T, 2> name##2;                                  \
-  typedef metal::vec<T, 3> name##3;                                  \
-  typedef metal::vec<T, 4> name##4;                                  \
-  typedef metal::packed_vec<T, 2> packed_##name##2;                  \
-  typedef metal::packed_vec<T, 3> packed_##name##3;                  \
-  typedef metal::packed_vec<T, 4> packed_##name##4;                  \
-  namespace metal {                                                  \
-  using ::name##2;                                                   \
-  using ::name##3;                                                   \
-  using ::name##4;                                                   \
-  using ::packed_##name##2;                                          \
-  using ::packed_##name##3;                                          \
-  using ::packed_##name##4;                                          \
+#define MTW_VECTOR_NAMES(T, name)                                                          \
+  typedef metal::vec<T, 2> name##2;                                                        \
+  typedef metal::vec<T, 3> name##3;                                                        \
+  typedef metal::vec<T, 4> name##4;                                                        \
+  typedef metal::packed_vec<T, 2> packed_##name##2;                                        \
+  typedef metal::packed_vec<T, 3> packed_##name##3;                                        \
+  typedef metal::packed_vec<T, 4> packed_##name##4;                                        \
+  namespace metal {                                                                        \
+  using ::name##2;                                                                         \
+  using ::name##3;                                                                         \
+  using ::name##4;                                                                         \
+  using ::packed_##name##2;                                                                \
+  using ::packed_##name##3;                                                                \
+  using ::packed_##name##4;                                                                \
   }
 
 MTW_VECTOR_NAMES(bool, bool)
