@@ -30,18 +30,21 @@ def test_float_functions_take_scalars_in_any_place() -> None:
         float4 r[] = {fmax(0, a), fmin(1, b), fmax(a, 0.5f), fmin(b, 2), clamp(b, -1, 2),
                       mix(a, b, 0.25f), step(0.5f, b), step(a, 0.0f), smoothstep(0, 2, b),
                       fmax(0, fmin(1, b / 6 + 0.5f)), pow(b * b, 0.5f), fma(a, 2, b),
-                      fmax3(a, 0, b), copysign(1, a)};
+                      fmax3(a, 0, b), copysign(1, a), nextafter(a, 0),
+                      float4(isordered(a, 0.0f)) + float4(isunordered(NAN, b))};
         int k = 0;
-        for (int i = 0; i < 14; ++i) for (int c = 0; c < 4; ++c) out[k++] = r[i][c];
+        for (int i = 0; i < 16; ++i) for (int c = 0; c < 4; ++c) out[k++] = r[i][c];
     """
-    out = run(body, 56).reshape(14, 4)
+    out = run(body, 64).reshape(16, 4)
     a, b = X[:4].astype(np.float64), X[4:].astype(np.float64)
     want = [np.maximum(0, a), np.minimum(1, b), np.maximum(a, 0.5), np.minimum(b, 2),
             np.clip(b, -1, 2), a + (b - a) * 0.25, np.where(b < 0.5, 0.0, 1.0),
             np.where(a > 0.0, 0.0, 1.0), smoothstep(0, 2, b),
             np.maximum(0, np.minimum(1, b / 6 + 0.5)), np.abs(b), a * 2 + b,
-            np.maximum(np.maximum(a, 0), b), np.copysign(1, a)]
+            np.maximum(np.maximum(a, 0), b), np.copysign(1, a),
+            np.nextafter(X[:4], np.float32(0)), np.full(4, 2.0)]
     np.testing.assert_allclose(out, np.array(want), rtol=1e-6, atol=1e-7)
+    np.testing.assert_array_equal(out[14], want[14])  # one ulp towards zero, exactly
 
 
 def test_half_vectors_with_float_and_int_scalars_stay_half() -> None:

@@ -10,13 +10,15 @@ them (the comments name the MLX source), against independent references:
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import mlx
 import mlx.core as mx
 import numpy as np
 import pytest
 
 import mtwork
 from mtwork import new_buffer
-from mtwork.backends.sim.compiler import mlx_include_dir
 
 TYPE = {mx.float32: "float", mx.float16: "half", mx.bfloat16: "bfloat16_t"}
 
@@ -24,8 +26,8 @@ TYPE = {mx.float32: "float", mx.float16: "half", mx.bfloat16: "bfloat16_t"}
 def mlx_header(relative: str, before: tuple[str, ...] = ()) -> mtwork.Library:
     """An MLX kernel header loaded as its `.metal` file compiles it: utils.h, the headers
     in `before`, then the header."""
-    root = mlx_include_dir()
-    if root is None:
+    root = Path(mlx.__path__[0]) / "include"
+    if not (root / "mlx/backend/metal/kernels/utils.h").is_file():
         pytest.skip("the installed mlx package ships no Metal kernel headers")
     prelude = "".join(f'#include "mlx/backend/metal/kernels/{h}"\n'
                       for h in ("utils.h", *before))

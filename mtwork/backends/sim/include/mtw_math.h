@@ -311,6 +311,10 @@ constexpr bool __int_or_double_v = ((is_integral_v<A> || is_same_v<A, double>) &
   MTW_INLINE vec<T, N> nextafter(vec<T, N> x, vec<T, N> y) {                                \
     for (int i = 0; i < N; ++i) x[i] = __metal_nextafter(x[i], y[i]);                       \
     return x;                                                                               \
+  }                                                                                         \
+  template <typename A, typename B, typename V = __float_vector_call_t<A, B>>               \
+  MTW_INLINE V nextafter(A x, B y) {                                                        \
+    return nextafter(V(x), V(y));                                                           \
   }
 
 MTW_MATH_FUNCTIONS(__METAL_MAYBE_FAST_MATH__)

@@ -53,6 +53,14 @@ MTW_INLINE vec<bool, N> isunordered(vec<T, N> x, vec<T, N> y) {
   for (int i = 0; i < N; ++i) r[i] = isunordered(x[i], y[i]);
   return r;
 }
+template <typename A, typename B, typename V = __float_vector_call_t<A, B>>
+MTW_INLINE auto isordered(A x, B y) {
+  return isordered(V(x), V(y));
+}
+template <typename A, typename B, typename V = __float_vector_call_t<A, B>>
+MTW_INLINE auto isunordered(A x, B y) {
+  return isunordered(V(x), V(y));
+}
 
 MTW_INLINE bool all(bool x) { return x; }
 MTW_INLINE bool any(bool x) { return x; }
