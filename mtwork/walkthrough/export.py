@@ -30,7 +30,8 @@ FAILED_TAG = "mtwork-failed"  # on the cell that stopped a run; the template mar
 
 _CSS = MATH_CSS + f"""
 /* Code in monospace wherever it appears: nbconvert's lab template lets <pre> in outputs
-   inherit the prose font, which puts kernel sources shown as Markdown in a proportional one. */
+   inherit the prose font, which puts kernel sources shown as Markdown in a proportional one
+   (this sheet comes after the template's, so it wins). */
 .jp-OutputArea-output pre, .jp-RenderedHTMLCommon pre, .jp-RenderedHTMLCommon code,
 .jp-RenderedMarkdown pre, .jp-RenderedMarkdown code {{
   font-family: var(--jp-code-font-family, monospace);
@@ -46,8 +47,8 @@ _TEMPLATE_TEXT = (
     "{%- block html_head_js_mathjax -%}{%- endblock html_head_js_mathjax -%}\n"
     "{%- block html_head_js_mermaidjs -%}{%- endblock html_head_js_mermaidjs -%}\n"
     "{%- block jupyter_widgets -%}{%- endblock jupyter_widgets -%}\n"
-    "{%- block extra_css -%}<style type=\"text/css\">" + _CSS + "</style>"
-    "{%- endblock extra_css -%}\n"
+    "{%- block html_head_css -%}<style type=\"text/css\">" + _CSS + "</style>"
+    "{%- endblock html_head_css -%}\n"
 )
 _EXTERNAL_SCRIPT = re.compile(r"<script\b[^>]*\bsrc=[\"']https?://[^>]*>\s*</script>", re.I)
 
