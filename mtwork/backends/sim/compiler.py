@@ -14,6 +14,7 @@ import hashlib
 import platform
 import re
 import shutil
+import sys
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -115,6 +116,12 @@ def _reusable(target: Path) -> bool:
     return False
 
 
+# A first kernel call on a cold cache waits about this long on 2 cores (measured: the
+# runtime 5 s, MLX's headers and the kernel itself the rest); said before the runtime's
+# build starts, so that wait is not a silent one.
+RUNTIME_BUILD_SECONDS = 10
+
+
 @cache
 def runtime_library() -> Path:
     """Builds (once) and returns the runtime shared library."""
@@ -124,6 +131,8 @@ def runtime_library() -> Path:
     with _build_lock:
         if _reusable(target):
             return target
+        print(f"mtwork: building the emulator runtime, once: about {RUNTIME_BUILD_SECONDS} s",
+              file=sys.stderr, flush=True)
         work = cachedir.work_dir(cache_dir())
         try:
             tmp = work / target.name
