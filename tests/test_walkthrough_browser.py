@@ -98,6 +98,8 @@ def test_walkthrough_draws_everything_offline(notebook, browser, tmp_path_factor
     assert facts["figures"] > 0 and facts["drawn"] == facts["figures"]
     assert all(z == 0 for z in facts["heatmapZmin"]), facts["heatmapZmin"]
     assert not facts["proportional"], facts["proportional"][:3]
+    if "mtwork.editor(" in notebook.read_text():  # the editor, as its static snapshot
+        assert facts["editorSnapshots"] == 1
 
 
 def test_the_checks_see_what_they_look_for(browser, tmp_path):
