@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import re
 
-from latex2mathml.converter import convert
-
 __all__ = ["MATH_CSS", "UnrenderableFormula", "tex_to_mathml"]
 
 # latex2mathml knows `align*` (a table of right/left column pairs) but not amsmath's
@@ -47,6 +45,11 @@ def tex_to_mathml(tex: str, *, display: bool = False) -> str:
     `UnrenderableFormula` naming the formula when a command is left untranslated."""
     source = _ENVIRONMENT.sub(lambda m: f"\\{m.group(1)}{{{_ENVIRONMENTS[m.group(2)]}}}", tex)
     source = _TEXT.sub(_text_mode, source)
+    try:
+        from latex2mathml.converter import convert
+    except ImportError as missing:
+        raise UnrenderableFormula("formulas in walkthroughs need the latex2mathml package: "
+                                  "pip install latex2mathml") from missing
     try:
         mathml = convert(source.strip(), display="block" if display else "inline")
     except Exception as error:  # latex2mathml raises many kinds for malformed TeX
