@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from .display import number_text
 from .floats import COMPLEX_PART
 
 if TYPE_CHECKING:
@@ -33,10 +34,10 @@ def _metric_groups(r: DiffReport) -> list[list[tuple[str, str]]]:
     return [
         [("dtype", dtype), ("shape", str(r.shape)), ("band", r.band)],
         [
-            ("max abs err", _fmt_float(r.max_abs_err, ".3e")),
-            ("max rel err", _fmt_float(r.max_rel_err, ".3e")),
+            ("max abs err", number_text(r.max_abs_err)),
+            ("max rel err", number_text(r.max_rel_err)),
             ("ULP max", "n/a" if r.max_ulp is None else str(r.max_ulp)),
-            ("ULP mean", _fmt_float(r.mean_ulp, ".3g")),
+            ("ULP mean", number_text(r.mean_ulp)),
             ("cosine", _fmt_float(r.cosine, ".9f")),
         ],
         [
