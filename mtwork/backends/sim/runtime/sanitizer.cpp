@@ -16,7 +16,7 @@ namespace mtw {
 namespace {
 
 constexpr uint16_t kNobody = 0xFFFF;
-constexpr uint8_t kWritten = 1, kManyReaders = 2;
+constexpr uint8_t kWritten = 1;
 constexpr const char* kStoppedBeforeWrite =
     "stopped by the sanitizer before an out-of-bounds write";
 
@@ -43,147 +43,125 @@ int find_image(struct dl_phdr_info* info, size_t, void* data) {
   return 0;
 }
 
-void position(const Worker* w, uint32_t linear, uint32_t out[3]) {
-  const mtw_group& g = w->group;
-  out[0] = linear % g.tg_size[0];
-  out[1] = (linear / g.tg_size[0]) % g.tg_size[1];
-  out[2] = linear / (g.tg_size[0] * g.tg_size[1]);
-}
+// Holds off the watchdog's signal while the lock (or the loader's, in dladdr) is held:
+// jumping out then would hang.
+class HoldCancel {
+ public:
+  HoldCancel() {
+    sigset_t cancel;
+    sigemptyset(&cancel);
+    sigaddset(&cancel, SIGUSR2);
+    pthread_sigmask(SIG_BLOCK, &cancel, &previous_);
+  }
+  ~HoldCancel() { pthread_sigmask(SIG_SETMASK, &previous_, nullptr); }
+
+ private:
+  sigset_t previous_;
+};
 
 uint64_t code_offset(const void* pc) {
+  HoldCancel hold;
   Dl_info info;
   if (pc && dladdr(pc, &info) && info.dli_fbase)
     return uint64_t(reinterpret_cast<uintptr_t>(pc) - reinterpret_cast<uintptr_t>(info.dli_fbase));
   return 0;
 }
 
-// Records a finding, folding repeats of the same kind at the same code into one. The
-// watchdog's signal is held off meanwhile: jumping out with the lock held would hang.
-void record(Worker* w, const mtw_finding& f) {
-  Dispatch* d = w->dispatch;
-  const mtw_launch& L = d->launch;
-  sigset_t cancel, previous;
-  sigemptyset(&cancel);
-  sigaddset(&cancel, SIGUSR2);
-  pthread_sigmask(SIG_BLOCK, &cancel, &previous);
-  pthread_mutex_lock(&d->san.lock);
-  bool folded = false;
-  for (uint32_t i = 0; i < d->san.findings && i < L.max_findings; ++i) {
-    mtw_finding& old = L.findings[i];
-    if (old.kind == f.kind && old.pc == f.pc && old.buffer == f.buffer &&
-        old.tg_array == f.tg_array && old.write == f.write) {
-      old.count += 1;
-      folded = true;
+inline uint32_t simdgroup_of(uint32_t thread) { return thread / MTW_SIMD_WIDTH; }
+
+// The thread that an access by `t` races with at `e` (kNobody: none), and whether that
+// thread wrote. Threads of different SIMD-groups race unless a barrier is between; lanes
+// of one SIMD-group race unless a collective (or simdgroup_barrier) is between.
+uint16_t racing(const Worker* w, const TgShadow& e, uint32_t t, bool write, bool* other_write) {
+  uint32_t sg = simdgroup_of(t);
+  uint16_t now = w->simd_epoch[sg];
+  if (e.writer != kNobody && e.writer != t &&
+      (simdgroup_of(e.writer) != sg || e.write_simd == now)) {
+    *other_write = true;
+    return e.writer;
+  }
+  *other_write = false;
+  if (!write || e.first_reader == kNobody) return kNobody;
+  if (simdgroup_of(e.first_reader) != sg) return e.first_reader;
+  if (e.far_reader != kNobody) return e.far_reader;
+  if (e.reader != kNobody && simdgroup_of(e.reader) == sg && e.read_simd == now)
+    return e.reader != t ? e.reader : e.reader2;
+  return kNobody;
+}
+
+void note_access(TgShadow& e, const Worker* w, uint32_t t, bool write) {
+  uint32_t sg = simdgroup_of(t);
+  uint16_t now = w->simd_epoch[sg];
+  if (write) {
+    e.writer = uint16_t(t);
+    e.write_simd = now;
+    e.flags |= kWritten;
+    return;
+  }
+  if (e.first_reader == kNobody) e.first_reader = uint16_t(t);
+  else if (e.far_reader == kNobody && simdgroup_of(e.first_reader) != sg) e.far_reader = uint16_t(t);
+  if (e.reader != kNobody && simdgroup_of(e.reader) == sg && e.read_simd == now) {
+    if (e.reader != t) {
+      e.reader2 = e.reader;
+      e.reader = uint16_t(t);
+    }
+  } else {
+    e.reader = uint16_t(t);
+    e.reader2 = kNobody;
+    e.read_simd = now;
+  }
+}
+
+void report_threadgroup(Worker* w, uint32_t kind, uint32_t at, bool write, uint32_t other,
+                        bool other_write, const void* pc) {
+  mtw_finding f = sanitizer_finding(w, kind, w->group.current, pc);
+  f.write = write;
+  f.other_write = other_write;
+  sanitizer_position(w, other, f.other);
+  const SanitizerState& san = w->dispatch->san;
+  for (uint32_t i = 0; i < san.array_count; ++i) {
+    const TgArray& a = san.arrays[i];
+    if (a.offset != kNotThreadgroup && at >= a.offset && at < a.offset + a.size) {
+      f.tg_array = int32_t(i);
+      f.element = (at - a.offset) / a.element_size;
       break;
     }
   }
-  if (!folded && d->san.findings < L.max_findings) L.findings[d->san.findings++] = f;
-  pthread_mutex_unlock(&d->san.lock);
-  pthread_sigmask(SIG_SETMASK, &previous, nullptr);
+  sanitizer_record(w, f);
 }
 
-mtw_finding make_finding(Worker* w, uint32_t kind, uint32_t thread, const void* pc) {
-  sigset_t cancel, previous;  // dladdr takes the loader's lock: no jumping out meanwhile
-  sigemptyset(&cancel);
-  sigaddset(&cancel, SIGUSR2);
-  pthread_sigmask(SIG_BLOCK, &cancel, &previous);
-  uint64_t offset = code_offset(pc);
-  pthread_sigmask(SIG_SETMASK, &previous, nullptr);
-  mtw_finding f;
-  memset(&f, 0, sizeof(f));
-  f.kind = kind;
-  f.buffer = -1;
-  f.tg_array = -1;
-  f.count = 1;
-  f.pc = offset;
-  position(w, thread, f.thread);
-  memcpy(f.group, w->group.group_pos, sizeof(f.group));
-  return f;
-}
-
-bool conflicting(const Worker* w, uint32_t a, uint32_t b, uint16_t simd_epoch_then) {
-  if (a == b) return false;
-  uint32_t sg = a / MTW_SIMD_WIDTH;
-  if (sg != b / MTW_SIMD_WIDTH) return true;
-  // Lanes of one SIMD-group are ordered by a collective (or simdgroup_barrier) between.
-  return w->simd_epoch[sg] == simd_epoch_then;
-}
-
+// Checks each byte against what the current barrier interval did to it before; reports
+// the first defect of the access.
 void threadgroup_access(Worker* w, uint32_t offset, uint32_t size, bool write, const void* pc) {
-  const mtw_group& g = w->group;
-  uint32_t t = g.current;
-  uint16_t simd_now = w->simd_epoch[t / MTW_SIMD_WIDTH];
-  for (uint32_t k = 0; k < size; ++k) {
-    TgShadow& e = w->tg_shadow[offset + k];
+  uint32_t t = w->group.current;
+  uint64_t end = uint64_t(offset) + size;
+  if (end > kTgMemoryCapacity) end = kTgMemoryCapacity;
+  bool reported = false;
+  for (uint32_t at = offset; at < end; ++at) {
+    TgShadow& e = w->tg_shadow[at];
     if (e.group != w->group_serial) {
-      e = TgShadow{w->group_serial, w->barrier_epoch, kNobody, kNobody, simd_now, 0, 0};
+      e = TgShadow{w->group_serial, w->barrier_epoch, kNobody, 0, kNobody, kNobody,
+                   kNobody, kNobody, 0, 0, 0};
     } else if (e.epoch != w->barrier_epoch) {
       e.epoch = w->barrier_epoch;
-      e.writer = e.reader = kNobody;
-      e.flags &= kWritten;
+      e.writer = e.first_reader = e.far_reader = e.reader = e.reader2 = kNobody;
     }
-    uint32_t kind = 0, other = t, other_write = 0;
-    if (write) {
-      if (e.writer != kNobody && conflicting(w, e.writer, t, e.simd_epoch)) {
-        kind = MTW_FINDING_RACE, other = e.writer, other_write = 1;
-      } else if (e.reader != kNobody &&
-                 (conflicting(w, e.reader, t, e.simd_epoch) || (e.flags & kManyReaders))) {
-        kind = MTW_FINDING_RACE, other = e.reader;
-      }
-      e.writer = uint16_t(t);
-      e.flags |= kWritten;
-    } else {
-      if (!(e.flags & kWritten)) {
-        kind = MTW_FINDING_UNINITIALIZED;
-      } else if (e.writer != kNobody && conflicting(w, e.writer, t, e.simd_epoch)) {
-        kind = MTW_FINDING_RACE, other = e.writer, other_write = 1;
-      }
-      if (e.reader == kNobody) e.reader = uint16_t(t);
-      else if (e.reader != t) e.flags |= kManyReaders;
-    }
-    e.simd_epoch = simd_now;
-    if (!kind) continue;
-    mtw_finding f = make_finding(w, kind, t, pc);
-    f.write = write;
-    f.other_write = other_write;
-    position(w, other, f.other);
-    const SanitizerState& san = w->dispatch->san;
-    uint32_t at = offset + k;
-    for (uint32_t i = 0; i < san.array_count; ++i) {
-      const TgArray& a = san.arrays[i];
-      if (at >= a.offset && at < a.offset + a.size) {
-        f.tg_array = int32_t(i);
-        f.element = (at - a.offset) / a.element_size;
-        break;
-      }
-    }
-    record(w, f);
-    return;  // one finding per access
+    uint32_t kind = 0;
+    bool other_write = false;
+    uint16_t other = kNobody;
+    if (!write && !(e.flags & kWritten)) kind = MTW_FINDING_UNINITIALIZED;
+    else if ((other = racing(w, e, t, write, &other_write)) != kNobody) kind = MTW_FINDING_RACE;
+    note_access(e, w, t, write);
+    if (!kind || reported) continue;
+    report_threadgroup(w, kind, at, write, other == kNobody ? t : other, other_write, pc);
+    reported = true;
   }
 }
 
-void device_access(Worker* w, uintptr_t address, uint32_t size, bool write, const void* pc) {
+// Reports an access at `address`, outside every buffer (naming the nearest one), and
+// stops the kernel before a write there.
+void out_of_bounds(Worker* w, uintptr_t address, bool write, const void* pc) {
   const mtw_launch& L = w->dispatch->launch;
-  for (uint32_t i = 0; i < L.nbuffers; ++i) {
-    const mtw_buffer_info& b = L.buffer_info[i];
-    if (address - b.base >= b.size) continue;
-    if (b.kind == MTW_BUFFER_INTERNAL) return;
-    if (write && b.kind == MTW_BUFFER_INPUT) {
-      mtw_finding f = make_finding(w, MTW_FINDING_INPUT_WRITE, w->group.current, pc);
-      f.write = 1;
-      f.buffer = int32_t(i);
-      f.element = int64_t(address - b.base) / b.element_size;
-      record(w, f);
-    }
-    if (write && b.written) {
-      uint64_t end = address - b.base + size;
-      memset(b.written + (address - b.base), 1, (end > b.size ? b.size : end) - (address - b.base));
-    }
-    return;
-  }
-  const SanitizerState& san = w->dispatch->san;
-  if (address - san.image_lo < san.image_hi - san.image_lo) return;
-  // Outside every buffer: name the nearest one.
   int32_t nearest = -1;
   uint64_t best = UINT64_MAX;
   for (uint32_t i = 0; i < L.nbuffers; ++i) {
@@ -192,7 +170,7 @@ void device_access(Worker* w, uintptr_t address, uint32_t size, bool write, cons
     uint64_t distance = address < b.base ? b.base - address : address - (b.base + b.size) + 1;
     if (distance < best) best = distance, nearest = int32_t(i);
   }
-  mtw_finding f = make_finding(w, MTW_FINDING_OUT_OF_BOUNDS, w->group.current, pc);
+  mtw_finding f = sanitizer_finding(w, MTW_FINDING_OUT_OF_BOUNDS, w->group.current, pc);
   f.write = write;
   f.buffer = nearest;
   if (nearest >= 0) {
@@ -201,13 +179,39 @@ void device_access(Worker* w, uintptr_t address, uint32_t size, bool write, cons
     f.element = bytes >= 0 ? bytes / b.element_size : -((-bytes + b.element_size - 1) /
                                                           b.element_size);
   }
-  record(w, f);
+  sanitizer_record(w, f);
   if (write) {
     // The store has not happened yet: stop here, before it corrupts the host's memory.
     snprintf(w->message, sizeof(w->message), "%s", kStoppedBeforeWrite);
     w->in_kernel = 0;
     siglongjmp(w->escape, kSanitizerStop);
   }
+}
+
+// An access of `size` bytes at `address`, outside threadgroup memory and the stacks: it
+// must lie inside one buffer (a copy or a vector that starts inside and runs past the end
+// is out of bounds from its first byte outside), or in the kernel library's constants.
+void device_access(Worker* w, uintptr_t address, uint32_t size, bool write, const void* pc) {
+  const mtw_launch& L = w->dispatch->launch;
+  for (uint32_t i = 0; i < L.nbuffers; ++i) {
+    const mtw_buffer_info& b = L.buffer_info[i];
+    uint64_t at = address - b.base;
+    if (at >= b.size) continue;
+    uint64_t inside = b.size - at < size ? b.size - at : size;
+    if (write && b.kind == MTW_BUFFER_INPUT) {
+      mtw_finding f = sanitizer_finding(w, MTW_FINDING_INPUT_WRITE, w->group.current, pc);
+      f.write = 1;
+      f.buffer = int32_t(i);
+      f.element = int64_t(at) / b.element_size;
+      sanitizer_record(w, f);
+    }
+    if (write && b.written) memset(b.written + at, 1, inside);
+    if (inside < size) out_of_bounds(w, address + inside, write, pc);
+    return;
+  }
+  const SanitizerState& san = w->dispatch->san;
+  if (address - san.image_lo < san.image_hi - san.image_lo) return;
+  out_of_bounds(w, address, write, pc);
 }
 
 void on_access(const void* p, uint32_t size, bool write, const void* pc) {
@@ -226,7 +230,71 @@ void on_access(const void* p, uint32_t size, bool write, const void* pc) {
   device_access(w, a, size, write, pc);
 }
 
+// A copy or fill of `n` bytes: one access of all of them.
+inline void on_range(const void* p, size_t n, bool write, const void* pc) {
+  if (n) on_access(p, n > UINT32_MAX ? UINT32_MAX : uint32_t(n), write, pc);
+}
+
 }  // namespace
+
+void sanitizer_position(const Worker* w, uint32_t linear, uint32_t out[3]) {
+  const mtw_group& g = w->group;
+  if (linear >= g.nthreads) {  // a lane past the end of a partial SIMD-group
+    out[0] = out[1] = out[2] = 0xFFFFFFFFu;
+    return;
+  }
+  out[0] = linear % g.tg_size[0];
+  out[1] = (linear / g.tg_size[0]) % g.tg_size[1];
+  out[2] = linear / (g.tg_size[0] * g.tg_size[1]);
+}
+
+void sanitizer_record(Worker* w, const mtw_finding& f) {
+  Dispatch* d = w->dispatch;
+  const mtw_launch& L = d->launch;
+  HoldCancel hold;
+  pthread_mutex_lock(&d->san.lock);
+  bool folded = false;
+  for (uint32_t i = 0; i < d->san.findings && i < L.max_findings; ++i) {
+    mtw_finding& old = L.findings[i];
+    if (old.kind == f.kind && old.pc == f.pc && old.buffer == f.buffer &&
+        old.tg_array == f.tg_array && old.write == f.write) {
+      old.count += 1;
+      folded = true;
+      break;
+    }
+  }
+  if (!folded && d->san.findings < L.max_findings) L.findings[d->san.findings++] = f;
+  pthread_mutex_unlock(&d->san.lock);
+}
+
+mtw_finding sanitizer_finding(Worker* w, uint32_t kind, uint32_t thread, const void* pc) {
+  mtw_finding f;
+  memset(&f, 0, sizeof(f));
+  f.kind = kind;
+  f.buffer = -1;
+  f.tg_array = -1;
+  f.count = 1;
+  f.pc = code_offset(pc);
+  sanitizer_position(w, thread, f.thread);
+  memcpy(f.group, w->group.group_pos, sizeof(f.group));
+  return f;
+}
+
+int32_t sanitizer_array(Worker* w, uint32_t offset, uint32_t size, const char* name,
+                    uint32_t element_size) {
+  SanitizerState& san = w->dispatch->san;
+  HoldCancel hold;
+  pthread_mutex_lock(&san.lock);
+  int32_t found = -1;
+  for (uint32_t i = 0; i < san.array_count && found < 0; ++i)
+    if (san.arrays[i].offset == offset && san.arrays[i].name == name) found = int32_t(i);
+  if (found < 0 && san.array_count < kMaxTgArrays) {
+    found = int32_t(san.array_count);
+    san.arrays[san.array_count++] = TgArray{offset, size, element_size ? element_size : 1, name};
+  }
+  pthread_mutex_unlock(&san.lock);
+  return found;
+}
 
 void sanitizer_begin_dispatch(Dispatch* d) {
   pthread_mutex_init(&d->san.lock, nullptr);
@@ -245,21 +313,14 @@ void sanitizer_begin_worker(Worker* w) {
 
 void sanitizer_register_array(Worker* w, uint32_t offset, uint32_t size, const char* name,
                               uint32_t element_size) {
-  SanitizerState& san = w->dispatch->san;
-  pthread_mutex_lock(&san.lock);
-  bool known = false;
-  for (uint32_t i = 0; i < san.array_count; ++i)
-    if (san.arrays[i].offset == offset && san.arrays[i].name == name) known = true;
-  if (!known && san.array_count < kMaxTgArrays)
-    san.arrays[san.array_count++] = TgArray{offset, size, element_size ? element_size : 1, name};
-  pthread_mutex_unlock(&san.lock);
+  sanitizer_array(w, offset, size, name, element_size);
 }
 
 void sanitizer_report(Worker* w, uint32_t kind, uint32_t thread, uint32_t other,
                       const void* pc) {
-  mtw_finding f = make_finding(w, kind, thread, pc);
-  position(w, other, f.other);
-  record(w, f);
+  mtw_finding f = sanitizer_finding(w, kind, thread, pc);
+  sanitizer_position(w, other, f.other);
+  sanitizer_record(w, f);
 }
 
 void sanitizer_simd_release(Worker* w, uint32_t simdgroup, uint32_t mask, const void* site) {
@@ -278,6 +339,7 @@ void sanitizer_simd_release(Worker* w, uint32_t simdgroup, uint32_t mask, const 
 }  // namespace mtw
 
 using mtw::on_access;
+using mtw::on_range;
 
 // Callbacks of clang's -fsanitize-coverage=trace-loads,trace-stores.
 #define MTW_TRACE(bits, bytes)                                                       \
@@ -296,6 +358,25 @@ extern "C" void __sanitizer_cov_load16(void* p) {
 }
 extern "C" void __sanitizer_cov_store16(void* p) {
   on_access(p, 16, true, __builtin_return_address(0));
+}
+
+// What sanitize builds call in place of llvm.memcpy, llvm.memmove and llvm.memset (struct
+// and vector copies, zero-fill loops): clang's AddressSanitizer pass with its own checks
+// off and these names (compiler.SANITIZE_FLAGS). A copy reads its source and writes its
+// destination; a fill writes.
+extern "C" void* mtw_sanitizer_memcpy(void* dst, const void* src, size_t n) {
+  on_range(src, n, false, __builtin_return_address(0));
+  on_range(dst, n, true, __builtin_return_address(0));
+  return memcpy(dst, src, n);
+}
+extern "C" void* mtw_sanitizer_memmove(void* dst, const void* src, size_t n) {
+  on_range(src, n, false, __builtin_return_address(0));
+  on_range(dst, n, true, __builtin_return_address(0));
+  return memmove(dst, src, n);
+}
+extern "C" void* mtw_sanitizer_memset(void* dst, int value, size_t n) {
+  on_range(dst, n, true, __builtin_return_address(0));
+  return memset(dst, value, n);
 }
 
 extern "C" void mtw_sanitizer_atomic(int inside) {
