@@ -152,6 +152,10 @@ class MetalKernel:
         _check_name(self.name)
         object.__setattr__(self, "input_names", _names(self.input_names, "input_names"))
         object.__setattr__(self, "output_names", _names(self.output_names, "output_names"))
+        both = set(self.input_names) & set(self.output_names)
+        if both:
+            raise ValueError(f"{_PREFIX}{sorted(both)} named twice: as an input and as an "
+                             f"output (the kernel's parameters need names of their own)")
         body.check_has_outputs(self.output_names)
         _check_text(self.source, "source")
         _check_text(self.header, "header")
@@ -162,6 +166,13 @@ class MetalKernel:
         body.validate_compile_options(self.compile_options)
         if self.backend is not None:
             get_backend(self.backend)
+
+    def with_texts(self, *, source: str | None = None, header: str | None = None
+                   ) -> MetalKernel:
+        """The same kernel with its body or header text replaced."""
+        return dataclasses.replace(
+            self, source=self.source if source is None else source,
+            header=self.header if header is None else header, last_sanitizer_report=None)
 
     @property
     def math_mode(self) -> str:
@@ -339,10 +350,7 @@ class Launch:
         """The kernel with `defines` written into its header."""
         if not self.defines:
             return self.kernel
-        k = self.kernel
-        return MetalKernel(k.name, k.input_names, k.output_names, k.source,
-                           define_lines(self.defines) + k.header, k.ensure_row_contiguous,
-                           k.atomic_outputs, k.compile_options, k.backend)
+        return self.kernel.with_texts(header=define_lines(self.defines) + self.kernel.header)
 
     def replace_kernel(self, kernel: MetalKernel) -> Launch:
         """This launch with another kernel (an edited one) in it."""

@@ -99,6 +99,10 @@ class Oracle:
         return self._cache[key]
 
 
+def _quiet(_phase: str) -> None:
+    """No one is listening (a module-level function: a runner may travel by pickle)."""
+
+
 class Runner:
     """Runs built kernels on `inputs`: checked against `oracle` (see `Oracle`), with
     `diff_options` for `mtwork.diff`, timed over `rounds` after `warmup` calls on
@@ -116,7 +120,7 @@ class Runner:
         self.rounds = rounds
         self.warmup = warmup
         self.names = list(names)
-        self.on_phase = on_phase or (lambda _phase: None)
+        self.on_phase = on_phase or _quiet
 
     def call(self, built: Any) -> Callable[[], Any]:
         """`built` (a `Launch` or `LibraryLaunch`, run on the runner's backend, or any

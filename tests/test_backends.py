@@ -11,7 +11,7 @@ from mtwork.backends import resolve
 
 def test_backends_reports_each_backend_and_why_not():
     report = mtwork.backends()
-    assert set(report) == {"metal", "sim"}
+    assert {"metal", "sim"} <= set(report)  # and any a test registered
     assert report["sim"] is None
     if not mx.metal.is_available():
         assert "Metal" in report["metal"]

@@ -1,19 +1,17 @@
 """Full-source kernels: loading `.metal` files, listing their kernels, instantiating,
 setting function constants, binding buffers, dispatching, and the errors on the way."""
 
-import functools
 from pathlib import Path
 
 import mlx.core as mx
 import numpy as np
 import pytest
 
-import mtwork
 from mtwork import CompileError, ThreadgroupMemoryError
-from mtwork.backends import register, unregister
-from mtwork.backends.metal import MetalBackend, wrapper
+from mtwork.backends.metal import wrapper
 from mtwork.library import load_metal, new_buffer
 from mtwork.msl.includes import mlx_include_dir
+from tests.conformance.metal_path import registered
 
 DATA = Path(__file__).parent / "data" / "library"
 KERNELS = DATA / "kernels.metal"
@@ -421,22 +419,27 @@ def test_dispatch_geometry_errors(lib):
 def test_metal_wrapper_declares_each_parameter_then_runs_the_body(lib):
     k = lib.kernel("block_sum", constants={"use_scale": True, "scale": 0.5})
     w = wrapper(k.program, ["in", "out", "n"], {0: 256})
-    assert w.input_names == ["__mtw_in", "__mtw_out", "__mtw_n"]
-    assert w.output_names == ["__mtw_unused"] and w.template == []
+    assert w.input_names == ["__mtw_buffer0", "__mtw_buffer1", "__mtw_buffer2"]
+    assert w.output_names == ["__mtw_unused"]
     head = w.source.split("\n\n", 1)[0]
     assert head.splitlines() == [
-        "  const device float* in = (const device float*)__mtw_in;",
-        "  device float* out = (device float*)__mtw_out;",
-        "  const device uint& n = *(const device uint*)__mtw_n;",
-        "  const device float* bias = nullptr;",
         "  threadgroup float4 __mtw_threadgroup_0[16];",
+        "  const auto __mtw_attribute5 = thread_position_in_grid;",
+        "  const auto __mtw_attribute6 = thread_index_in_threadgroup;",
+        "  const auto __mtw_attribute7 = threadgroup_position_in_grid;",
+        "  const auto __mtw_attribute8 = threads_per_threadgroup;",
+        "  {",
+        "  const device float* in = (const device float*)__mtw_buffer0;",
+        "  device float* out = (device float*)__mtw_buffer1;",
+        "  const device uint& n = *(const device uint*)__mtw_buffer2;",
+        "  const device float* bias = nullptr;",
         "  threadgroup float* partial = (threadgroup float*)__mtw_threadgroup_0;",
-        "  uint gid = uint(thread_position_in_grid.x);",
-        "  ushort lid = ushort(thread_index_in_threadgroup);",
-        "  uint2 group = uint2(threadgroup_position_in_grid.xy);",
-        "  uint tg_size = uint(threads_per_threadgroup.x);",
+        "  uint gid = uint(__mtw_attribute5.x);",
+        "  ushort lid = ushort(__mtw_attribute6);",
+        "  uint2 group = uint2(__mtw_attribute7.xy);",
+        "  uint tg_size = uint(__mtw_attribute8.x);",
     ]
-    assert w.source.endswith(k.signature.body)
+    assert w.source.endswith(k.signature.body + "\n  }")
     # The header: constants set, the subfolder's header pasted in once, no quoted includes.
     assert w.header.startswith("#define __mtw_fc_scale (float)(0.5f)\n"
                                "#define __mtw_fc_defined_scale true\n")
@@ -447,54 +450,32 @@ def test_metal_wrapper_declares_each_parameter_then_runs_the_body(lib):
     assert '#include "' not in w.header and "#pragma once" not in w.header
 
 
-def test_metal_wrapper_passes_the_template_to_mlx(lib):
+def test_metal_wrapper_sets_the_template_arguments_in_the_body(lib):
     w = wrapper(lib.kernel("axpy_half_2").program, ["x", "y", "alpha", "n"], {})
-    assert w.template == [("T", mx.float16), ("N", 2)]
-    assert w.source.splitlines()[:2] == [
-        "  const device T* x = (const device T*)__mtw_x;",
-        "  device T* y = (device T*)__mtw_y;",
-    ]
+    lines = w.source.splitlines()
+    assert lines[:2] == ["  using T = half;", "  constexpr int N = 2;"]
+    assert "  const device T* x = (const device T*)__mtw_buffer0;" in lines
+    assert "  device T* y = (device T*)__mtw_buffer1;" in lines
 
 
 def test_metal_wrapper_declares_defaulted_template_parameters_in_the_body():
     lib = load_metal(MLX_KERNELS / "softmax.h", prelude=MLX_UTILS)
     w = wrapper(lib.kernel("softmax_single_row", template=(mx.float16,)).program,
                       ["in", "out", "axis_size"], {})
-    assert w.template == [("T", mx.float16)]
-    assert w.source.splitlines()[:5] == [
-        "  using AccT = T;",
-        "  constexpr int N_READS = SOFTMAX_N_READS;",
-        "  const device T* in = (const device T*)__mtw_in;",
-        "  device T* out = (device T*)__mtw_out;",
-        "  const device int& axis_size = *(const device int*)__mtw_axis_size;",
+    lines = w.source.splitlines()
+    assert lines[:3] == ["  using T = half;", "  using AccT = T;",
+                         "  constexpr int N_READS = SOFTMAX_N_READS;"]
+    assert lines[lines.index("  {") + 1 : lines.index("  {") + 4] == [
+        "  const device T* in = (const device T*)__mtw_buffer0;",
+        "  device T* out = (device T*)__mtw_buffer1;",
+        "  const device int& axis_size = *(const device int*)__mtw_buffer2;",
     ]
     assert "utils.h" not in w.header  # already in every MLX custom kernel
 
 
-def _in_process_kernel(**arguments):
-    # In process: the metal path's writable buffers are MLX inputs the kernel writes in
-    # place, as a Metal buffer is written; the worker process works on copies of inputs.
-    return functools.partial(mtwork.metal_kernel(**arguments, backend="sim"), isolate=False)
-
-
-class MetalOnSim(MetalBackend):
-    """The metal backend's whole path, with `mtwork.metal_kernel` on sim standing in for
-    `mx.fast.metal_kernel` (same arguments, same generated kernel)."""
-
-    name = "metal_on_sim"
-
-    def __init__(self):
-        super().__init__(make_kernel=_in_process_kernel)
-
-    def unavailable_reason(self):
-        return None
-
-
 @pytest.fixture
 def metal_on_sim():
-    register("metal_on_sim", MetalOnSim)
-    yield "metal_on_sim"
-    unregister("metal_on_sim")
+    return registered()
 
 
 def test_metal_path_runs_through_a_stand_in_for_mx_fast_metal_kernel(lib, metal_on_sim):
@@ -503,12 +484,12 @@ def test_metal_path_runs_through_a_stand_in_for_mx_fast_metal_kernel(lib, metal_
     out = lib.kernel("block_sum", constants={"use_scale": True, "scale": 0.5, "use_bias": True})(
         buffers={"in": values, "out": new_buffer(4), "n": 100, "bias": bias},
         threadgroup_memory={0: 128}, grid=100, threads_per_threadgroup=32,
-        backend="metal_on_sim")
+        backend=metal_on_sim)
     expected = [_sequential_sum(b) * np.float32(0.5) + c
                 for b, c in zip(_blocks(values, 32), bias)]
     np.testing.assert_array_equal(out["out"], np.array(expected, np.float32))
     y = np.ones(10, np.float16)
     lib.kernel("axpy_half_2")(buffers=[np.arange(10, dtype=np.float16), y, 2.0, 10],
                               threadgroups=2, threads_per_threadgroup=4,
-                              backend="metal_on_sim")
+                              backend=metal_on_sim)
     np.testing.assert_array_equal(y, 1 + 2 * np.arange(10))

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 import mtwork
+from tests.conformance.metal_path import run_both
 
 N = 64
 
@@ -74,9 +75,9 @@ def test_function_constants_with_computed_indices_and_macro_declarations(lib):
                                               ("apply_float32_thrice", 3)])
 def test_a_function_pointer_template_argument_picks_the_function(lib, host, factor):
     x = np.arange(N, dtype=np.float32)
-    out = lib.kernel(host, constants={600: True, "scale_shift": 2})(
-        buffers={"in": x, "out": mtwork.new_buffer(N), "bias": 0.5}, grid=N,
-        threads_per_threadgroup=32)
+    out = run_both(lib.kernel(host, constants={600: True, "scale_shift": 2}),
+                   buffers={"in": x, "out": mtwork.new_buffer(N), "bias": 0.5}, grid=N,
+                   threads_per_threadgroup=32)
     np.testing.assert_array_equal(out["out"], x * factor * 4 + 0.5)
     plain = lib.kernel(host, constants={"scale_shift": 0})(
         buffers={"in": x, "out": mtwork.new_buffer(N)}, grid=N, threads_per_threadgroup=32)

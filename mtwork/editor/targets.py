@@ -148,7 +148,4 @@ class Target:
         if not isinstance(launch, Launch):
             raise TypeError(f"build(config) must return an mtwork.Launch, got "
                             f"{type(launch).__name__}")
-        k = launch.kernel
-        return launch.replace_kernel(MetalKernel(
-            k.name, k.input_names, k.output_names, source, header, k.ensure_row_contiguous,
-            k.atomic_outputs, k.compile_options, k.backend))
+        return launch.replace_kernel(launch.kernel.with_texts(source=source, header=header))

@@ -2,8 +2,11 @@
 
 MLX runs custom kernels in its body form only. To run a whole ``[[kernel]]`` function
 through it, the library becomes the header (function constants set, includes pasted in)
-and the body declares each of the kernel's parameters under its own name, then is the
-kernel's own body, so a ``threadgroup`` array it declares stays in a kernel function.
+and the body sets the template's arguments (``using T = float;``: any argument works, a
+type, a value or a function), captures the thread attributes MLX passes, then opens a
+block that declares each of the kernel's parameters under its own name (shadowing an
+attribute of the same name) and holds the kernel's own body, so a ``threadgroup`` array
+it declares stays in a kernel function.
 
 Every buffer travels as an MLX input of at least 8 bytes, which MLX binds in ``device``
 memory: a parameter declared ``constant`` is declared ``device`` here, and a writable one
@@ -17,33 +20,34 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from ..limits import THREADGROUP_MEMORY_ALIGNMENT
 from .body import METAL_ATTRIBUTES
 from .constants import rewrite_function_constants
 from .signature import KernelParam, KernelSignature
-from .types import SCALAR_TYPES, type_info
+from .types import type_info
 
 __all__ = ["MetalWrapper", "input_name", "wrap"]
 
 
 @dataclass(frozen=True)
 class MetalWrapper:
-    """The arguments of ``mx.fast.metal_kernel`` (and its call's template) that run a
-    full-source kernel."""
+    """The arguments of ``mx.fast.metal_kernel`` that run a full-source kernel (its template
+    arguments are set in the body, so the call takes none)."""
 
     name: str
     header: str
     source: str
     input_names: list[str]
     output_names: list[str]
-    template: list[tuple[str, Any]]
 
 
 def input_name(p: KernelParam) -> str:
-    """The MLX input that carries parameter `p`'s buffer."""
-    return f"__mtw_{p.name}"
+    """The MLX input that carries parameter `p`'s buffer, named by its index: MLX adds
+    shape/strides buffers for an input whose name followed by ``_shape`` (...) occurs in
+    the body, so inputs named after parameters would clash where one parameter is called
+    after another (MLX's qmv has ``x`` and ``x_shape``)."""
+    return f"__mtw_buffer{p.index}"
 
 
 def _in_device_space(type_text: str) -> str:
@@ -54,71 +58,67 @@ def _in_device_space(type_text: str) -> str:
     return re.sub(r"\bconstant\b", qualifier, type_text)
 
 
-def _attribute_value(p: KernelParam) -> str:
-    """The MLX body-form attribute (``uint`` or ``uint3``) converted to the declared type."""
+def _attribute_value(p: KernelParam, captured: str) -> str:
+    """The MLX body-form attribute captured as `captured` (``uint`` or ``uint3``),
+    converted to the declared type."""
     mlx_type = dict(METAL_ATTRIBUTES)[p.attribute]
     info = type_info(p.type_text)
     lanes = info.lanes if info else 1
     if mlx_type == "uint3" and lanes < 3:
-        source = f"{p.attribute}.x" if lanes == 1 else f"{p.attribute}.xy"
-    else:
-        source = p.attribute
-    return f"{p.type_text}({source})"
+        captured += ".x" if lanes == 1 else ".xy"
+    return f"{p.type_text}({captured})"
 
 
-def _template(signature: KernelSignature, template_args: Sequence[str], label: str
-              ) -> tuple[list[tuple[str, Any]], list[str]]:
-    """The template arguments given, as ``mx.fast.metal_kernel`` takes them, and body
-    lines declaring the parameters left to their defaults."""
-    out: list[tuple[str, Any]] = []
-    for param, text in zip(signature.template_params, template_args):
-        if param.is_type:
-            if text not in SCALAR_TYPES:
-                raise ValueError(f"template argument `{text}` of `{label}` is not a dtype, "
-                                 f"so mx.fast.metal_kernel cannot take it")
-            out.append((param.name, SCALAR_TYPES[text]))
-        elif text in ("true", "false"):
-            out.append((param.name, text == "true"))
+def _template_lines(signature: KernelSignature, template_args: Sequence[str]) -> list[str]:
+    """Body lines that give every template parameter its argument (or its default): the
+    body is not a template, so any argument works — a type, a value, a function."""
+    lines, given = [], dict(zip((p.name for p in signature.template_params), template_args))
+    for p in signature.template_params:
+        text = given.get(p.name, p.default)
+        if p.is_type:
+            lines.append(f"  using {p.name} = {text};")
+        elif "(*)" in p.kind:  # a function-pointer parameter
+            lines.append(f"  constexpr auto {p.name} = {text};")
         else:
-            out.append((param.name, int(text, 0)))
-    defaults = [
-        f"  using {p.name} = {p.default};" if p.is_type
-        else f"  constexpr {p.kind} {p.name} = {p.default};"
-        for p in signature.template_params[len(template_args):]
-    ]
-    return out, defaults
+            lines.append(f"  constexpr {p.kind} {p.name} = {text};")
+    return lines
 
 
 def _parameter_lines(signature: KernelSignature, bound: Sequence[str],
-                     threadgroup_bytes: Mapping[int, int]) -> tuple[list[str], list[str]]:
-    """The MLX inputs, and body lines declaring each kernel parameter from them."""
+                     threadgroup_bytes: Mapping[int, int]
+                     ) -> tuple[list[str], list[str], list[str]]:
+    """The MLX inputs; lines for the kernel function's scope (attribute values captured,
+    threadgroup memory); and lines for the body's block declaring each parameter (a
+    parameter may be named like the attribute MLX passes, which it then shadows)."""
     inputs: list[str] = []
-    lines: list[str] = []
-    for p in signature.params:
+    outer: list[str] = []
+    inner: list[str] = []
+    for k, p in enumerate(signature.params):
         ty = _in_device_space(p.type_text)
         if p.kind == "buffer" and p.name in bound:
             inputs.append(input_name(p))
             if p.is_pointer:
-                lines.append(f"  {ty} {p.name} = ({ty}){input_name(p)};")
+                inner.append(f"  {ty} {p.name} = ({ty}){input_name(p)};")
             else:
-                lines.append(f"  {ty} {p.name} = *({ty[:-1]}*){input_name(p)};")
+                inner.append(f"  {ty} {p.name} = *({ty[:-1]}*){input_name(p)};")
         elif p.kind == "buffer":  # absent: its function constant is false
             null = "nullptr" if p.is_pointer else f"*({ty[:-1]}*)nullptr"
-            lines.append(f"  {ty} {p.name} = {null};")
+            inner.append(f"  {ty} {p.name} = {null};")
         elif p.kind == "threadgroup":
             storage = f"__mtw_threadgroup_{p.index}"
             count = threadgroup_bytes[p.index] // THREADGROUP_MEMORY_ALIGNMENT  # type: ignore
-            lines.append(f"  threadgroup float4 {storage}[{count}];")
-            lines.append(f"  {p.type_text} {p.name} = ({p.type_text}){storage};")
+            outer.append(f"  threadgroup float4 {storage}[{count}];")
+            inner.append(f"  {p.type_text} {p.name} = ({p.type_text}){storage};")
         else:
-            lines.append(f"  {p.type_text} {p.name} = {_attribute_value(p)};")
-    return inputs, lines
+            captured = f"__mtw_attribute{k}"
+            outer.append(f"  const auto {captured} = {p.attribute};")
+            inner.append(f"  {p.type_text} {p.name} = {_attribute_value(p, captured)};")
+    return inputs, outer, inner
 
 
 def wrap(signature: KernelSignature, template_args: Sequence[str], defines: str,
          library_text: str, *,
-         bound: Sequence[str], threadgroup_bytes: Mapping[int, int],
-         label: str) -> MetalWrapper:
+         bound: Sequence[str], threadgroup_bytes: Mapping[int, int]) -> MetalWrapper:
     """`signature`'s kernel as an ``mx.fast.metal_kernel`` body.
 
     `library_text` is the library with its includes pasted in (see
@@ -127,14 +127,12 @@ def wrap(signature: KernelSignature, template_args: Sequence[str], defines: str,
     `bound` names the bound buffers; `threadgroup_bytes` sizes the ``[[threadgroup(n)]]``
     arguments by index.
     """
-    template, lines = _template(signature, template_args, label)
-    inputs, declarations = _parameter_lines(signature, bound, threadgroup_bytes)
+    inputs, outer, inner = _parameter_lines(signature, bound, threadgroup_bytes)
+    lines = _template_lines(signature, template_args) + outer + ["  {"] + inner
     return MetalWrapper(
         name=f"mtw_{signature.name}",
         header=defines + rewrite_function_constants(library_text) + "\n",
-        source="\n".join(lines + declarations) + "\n"
-        + rewrite_function_constants(signature.body),
+        source="\n".join(lines) + "\n" + rewrite_function_constants(signature.body) + "\n  }",
         input_names=inputs,
         output_names=["__mtw_unused"],
-        template=template,
     )

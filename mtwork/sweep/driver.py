@@ -40,16 +40,17 @@ from __future__ import annotations
 import itertools
 import json
 import os
-import time
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import Executor
 from typing import Any, Literal
 
 from ..errors import SweepError, UnknownParameterError
-from ..run import Runner, outcome_of
+from ..run import Runner
 from ..timing import Measurement, clock_for
 from .cache import CacheFile, identity, inputs_signature, record_key
-from .results import TIME_OBJECTIVES, Record, SweepInterrupted, SweepResult
+from .results import TIME_OBJECTIVES, SweepResult
 from .space import STRATEGIES, Config, Constraint, check_space, choose, constraint, unknown_message
+from .visit import Job, named, visit
 
 __all__ = ["sweep"]
 
@@ -77,6 +78,7 @@ def sweep(
     rounds: int = 5,
     warmup: int = 1,
     progress: bool = True,
+    executor: Executor | None = None,
 ) -> SweepResult:
     """Build, check and time every configuration of `space` that passes `constraints`.
 
@@ -99,6 +101,10 @@ def sweep(
       they refer to; pass a version string when the kernel's source comes from elsewhere).
     - `backend`: the clock and the backend `Launch`es run on (default: the default one).
     - `rounds`, `warmup`: as in `timing.bench`, after the first call.
+    - `executor`: any `concurrent.futures.Executor` to spread the configurations over
+      (a `ProcessPoolExecutor`, `dask.distributed.Client.get_executor()`, ...); `build`,
+      the oracle, the metrics and the inputs must then pickle. Measured times of
+      configurations run side by side share the machine: compare them with care.
     """
     params = check_space(space)
     rules = [constraint(c) for c in constraints]
@@ -122,14 +128,11 @@ def sweep(
     def key_of(config: Config) -> str:
         return record_key(sweep_identity, clock.backend, rounds, warmup, config)
 
-    def run_one(config: Config, key: str) -> Record:
-        return _run_one(build, runner, metrics, config, key)
-
     from tqdm.auto import tqdm
 
     with tqdm(total=len(plan), desc="sweep", unit="config", disable=not progress) as bar:
-        _visit(plan, key_of, run_one, None if cache is None else CacheFile(cache), result,
-               bar, time_budget)
+        visit(plan, key_of, Job(build, runner, metrics),
+              None if cache is None else CacheFile(cache), result, bar, time_budget, executor)
     if result.stopped == "complete" and len(plan) < len(candidates):
         result.stopped = "budget"
     return result
@@ -149,54 +152,11 @@ def _check_options(strategy: str, budget: int | None, objective: str,
         )
 
 
-def _visit(plan: Sequence[Config], key_of: Callable[[Config], str],
-           run_one: Callable[[Config, str], Record], cache_file: CacheFile | None,
-           result: SweepResult, bar: Any, time_budget: float | None) -> None:
-    """Runs the planned configurations (or takes them from the cache) into `result`; a
-    Ctrl-C keeps what finished and raises `SweepInterrupted`."""
-    started = time.perf_counter()
-    try:
-        for config in plan:
-            key = key_of(config)
-            if cache_file is not None and key in cache_file.entries:
-                record = Record.from_dict(cache_file.entries[key], config)
-            else:
-                if time_budget is not None and time.perf_counter() - started >= time_budget:
-                    result.stopped = "time budget"
-                    return
-                bar.set_description(f"sweep {config}")
-                record = run_one(config, key)
-                if cache_file is not None:
-                    cache_file.append(record)
-            result.records.append(record)
-            bar.update()
-            bar.set_postfix_str(_progress_text(result), refresh=False)
-        bar.set_description("sweep")
-    except KeyboardInterrupt as exc:
-        result.stopped = "interrupted"
-        where = (f"; they are in {cache_file.path}, and the same call resumes from there"
-                 if cache_file is not None else "")
-        raise SweepInterrupted(
-            f"sweep interrupted after {len(result.records)} of {len(plan)} configurations: "
-            f"the finished ones are in the exception's .result{where}",
-            result,
-        ) from exc
-
-
-def _progress_text(result: SweepResult) -> str:
-    counts = result.counts()
-    failed = sum(n for s, n in counts.items() if s != "ok")
-    text = f"ok={counts.get('ok', 0)} failed={failed}"
-    if result.ranked():
-        text += f" best={result.objective_text(result.best())}"
-    return text
-
-
 def _passes(rule: Constraint, config: Config) -> bool:
     try:
         return rule(config)
     except UnknownParameterError as exc:
-        raise _named(exc, f"constraint {rule}") from None
+        raise named(exc, f"constraint {rule}") from None
 
 
 def _check_rule_names(rules: Sequence[Constraint], params: Mapping[str, Any]) -> None:
@@ -217,35 +177,3 @@ def _empty_space_message(every: Sequence[Config], rules: Sequence[Constraint]) -
         rejected = sum(not _passes(rule, c) for c in every)
         lines.append(f"  {rule}: {rejected} of {len(every)}")
     return "\n".join(lines)
-
-
-def _run_one(build: Callable[[Config], Any], runner: Runner,
-             metrics: Mapping[str, Callable[[Config, Measurement], float]],
-             config: Config, key: str) -> Record:
-    """Builds, runs, checks and times one configuration, then computes its metrics."""
-    try:
-        built = build(config)
-    except UnknownParameterError as exc:
-        raise _named(exc, "build(config)") from None
-    except Exception as exc:  # noqa: BLE001 - a failed build is this config's outcome
-        return Record.of(config, outcome_of(exc), key)
-    try:
-        outcome = runner.run(built, config)
-    except UnknownParameterError as exc:
-        raise _named(exc, "the oracle") from None
-    record = Record.of(config, outcome, key)
-    if record.ok and record.measurement is not None:
-        for name, metric in metrics.items():
-            try:
-                record.metrics[name] = float(metric(config, record.measurement))
-            except UnknownParameterError as exc:
-                raise _named(exc, f"metric {name!r}") from None
-            except Exception as exc:
-                raise SweepError(
-                    f"metric {name!r} raised {type(exc).__name__} for {config}: {exc}"
-                ) from exc
-    return record
-
-
-def _named(exc: UnknownParameterError, who: str) -> UnknownParameterError:
-    return UnknownParameterError(f"{who} asked for an {exc}")

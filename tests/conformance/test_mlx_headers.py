@@ -13,6 +13,7 @@ import pytest
 
 from mtwork import new_buffer
 
+from .metal_path import run_both
 from .sources import mlx_header
 
 MLX = "mlx"
@@ -42,7 +43,7 @@ def test_softmax_single_row(agreement, dtype, acc, axis) -> None:
     threads = -(-threads // 32) * 32
     x = mx.array(rng().standard_normal((5, axis)) * 3).astype(dtype)
     kernel = mlx_header("softmax.h").kernel("softmax_single_row", template=(dtype, acc, n_reads))
-    out = kernel(buffers={"in": x, "out": new_buffer(x.shape), "axis_size": axis},
+    out = run_both(kernel, buffers={"in": x, "out": new_buffer(x.shape), "axis_size": axis},
                  threadgroups=(x.shape[0],), threads_per_threadgroup=(threads,))
     expected = mx.softmax(x, axis=-1, precise=True)
     agreement(f"softmax_single_row<{name(dtype)}>", MLX, out.mx("out"), expected)
@@ -54,7 +55,7 @@ def test_softmax_looped(agreement) -> None:
     axis = 5000
     x = mx.array(rng().standard_normal((2, axis)) * 4).astype(mx.float32)
     kernel = mlx_header("softmax.h").kernel("softmax_looped", template=(mx.float32, mx.float32, 4))
-    out = kernel(buffers={"in": x, "out": new_buffer(x.shape), "axis_size": axis},
+    out = run_both(kernel, buffers={"in": x, "out": new_buffer(x.shape), "axis_size": axis},
                  threadgroups=(x.shape[0],), threads_per_threadgroup=(1024,))
     agreement("softmax_looped<float32>", MLX, out.mx("out"), mx.softmax(x, axis=-1))
 
@@ -100,7 +101,7 @@ def test_sdpa_vector(agreement, variant) -> None:
         buffers |= {"sinks": sinks, "num_q_heads": hq}
     kernel = mlx_header("sdpa_vector.h").kernel("sdpa_vector", template=(mx.float32, d, d),
                                                 constants=constants)
-    out = kernel(buffers=buffers, threadgroups=(b * hq, q_len, 1),
+    out = run_both(kernel, buffers=buffers, threadgroups=(b * hq, q_len, 1),
                  threads_per_threadgroup=(1024, 1, 1))
     expected = mx.fast.scaled_dot_product_attention(q, k, v, scale=scale, mask=mask,
                                                     sinks=sinks)
@@ -136,7 +137,8 @@ def test_steel_gemm_fused(agreement, batch, m, n, k) -> None:
         constants={"has_batch": False, "use_out_source": False, "do_axpby": False,
                    "align_M": m % bm == 0, "align_N": n % bn == 0, "align_K": k % bk == 0},
     )
-    out = kernel(buffers={"A": a, "B": b, "D": new_buffer((batch, m, n)), "params": params},
+    out = run_both(kernel,
+                   buffers={"A": a, "B": b, "D": new_buffer((batch, m, n)), "params": params},
                  threadgroups=(tiles_n, tiles_m, batch), threads_per_threadgroup=(32, wn, wm))
     agreement(f"steel gemm {batch}x{m}x{n}x{k}", MLX, out.mx("D"), a @ b)
 
@@ -182,7 +184,8 @@ def test_steel_attention(agreement, variant) -> None:
                    "do_causal": variant == "causal", "has_sinks": variant == "sinks",
                    "save_lse": False},
     )
-    out = kernel(buffers=buffers, threadgroups=(nq, hq, b), threads_per_threadgroup=(32, wm, wn))
+    out = run_both(kernel, buffers=buffers, threadgroups=(nq, hq, b),
+                   threads_per_threadgroup=(32, wm, wn))
     expected = mx.fast.scaled_dot_product_attention(
         q, k, v, scale=scale, mask="causal" if variant == "causal" else None, sinks=sinks
     )
@@ -204,7 +207,8 @@ def test_affine_qmv_fast(agreement) -> None:
     lib = mlx_header("quantized.h", before=("steel/gemm/gemm.h", "quantized_utils.h"))
     kernel = lib.kernel("affine_qmv_fast", template=(mx.float32, group_size, bits, False))
     none = np.zeros(1, np.int32)
-    out = kernel(
+    out = run_both(
+        kernel,
         buffers={"w": wq, "scales": scales, "biases": biases, "x": x, "y": new_buffer((m, n)),
                  "in_vec_size": k, "out_vec_size": n, "x_batch_ndims": 0, "x_shape": none,
                  "x_strides": none.astype(np.int64), "w_batch_ndims": 0, "w_shape": none,
@@ -244,7 +248,7 @@ def test_scatter_axis_atomic(agreement, dtype, op) -> None:
     kernel = lib.kernel("scatter_axis", template=(dtype, mx.int32, "int64_t",
                                                   f"{op}<{type_name}>", True, True))
     out = np.array(start)
-    kernel(buffers={"upd": upd, "indices": idx, "out": out,
+    run_both(kernel, buffers={"upd": upd, "indices": idx, "out": out,
                     "shape": np.array([outer, length, inner], np.int32),
                     "upd_strides": np.zeros(3, np.int64), "idx_strides": np.zeros(3, np.int64),
                     "ndim": np.uint64(3), "axis": 1, "out_axis_size": out_length,
@@ -266,7 +270,7 @@ def test_arange(agreement, dtype) -> None:
     # arange.h declares its three buffers without [[buffer(n)]]; Metal numbers them 0, 1, 2.
     start, step, size = (2.5, 0.25, 300) if dtype == mx.float32 else (-7, 3, 300)
     kernel = mlx_header("arange.h").kernel("arange", template=(dtype,))
-    out = kernel(buffers=[start, step, new_buffer((size,))], grid=(size,),
+    out = run_both(kernel, buffers=[start, step, new_buffer((size,))], grid=(size,),
                  threads_per_threadgroup=(64,))
     expected = mx.arange(start, start + size * step, step, dtype=dtype)
     agreement(f"arange<{name(dtype)}>", MLX, out.mx("out"), expected)
@@ -299,10 +303,11 @@ def test_gated_delta_fused_chunk(agreement) -> None:
         "gated_delta_fused_chunk", template=(mx.float32, s["dk"], s["dv"], s["hk"], s["hv"], 8),
         constants={"save_state": False},
     )
-    out = kernel(buffers={"q": q, "k": k, "v": v, "state_in": state, "g": gamma, "beta": beta,
-                          "y": new_buffer(v.shape), "state_out": new_buffer(state.shape),
-                          "T": s["t"]},
-                 grid=(32, s["dv"] // 8, s["b"] * s["hv"]), threads_per_threadgroup=(32, 4, 1))
+    out = run_both(kernel,
+                   buffers={"q": q, "k": k, "v": v, "state_in": state, "g": gamma, "beta": beta,
+                            "y": new_buffer(v.shape), "state_out": new_buffer(state.shape),
+                            "T": s["t"]},
+                   grid=(32, s["dv"] // 8, s["b"] * s["hv"]), threads_per_threadgroup=(32, 4, 1))
     y, final = mx.fast.gated_delta_update(q, k, v, gamma, beta, state)
     agreement("gated_delta_fused_chunk y", MLX, out.mx("y"), y, atol=1e-4, rtol=1e-3)
     agreement("gated_delta_fused_chunk state", MLX, out.mx("state_out"), final,
@@ -319,11 +324,13 @@ def test_gated_delta_seq_with_checkpoints(agreement) -> None:
         "gated_delta_seq", template=(mx.float32, s["dk"], s["dv"], s["hk"], s["hv"], ckpt),
         constants={"save_state": True},
     )
-    out = kernel(buffers={"q": q, "k": k, "v": v, "state_in": state, "g": gamma, "beta": beta,
-                          "y": new_buffer(v.shape), "state_out": new_buffer(state.shape),
-                          "T": s["t"],
-                          "state_cache": new_buffer((s["b"] * s["hv"], n_ckpt, s["dv"], s["dk"]))},
-                 grid=(32, s["dv"], s["b"] * s["hv"]), threads_per_threadgroup=(32, 4, 1))
+    out = run_both(kernel,
+                   buffers={"q": q, "k": k, "v": v, "state_in": state, "g": gamma, "beta": beta,
+                            "y": new_buffer(v.shape), "state_out": new_buffer(state.shape),
+                            "T": s["t"],
+                            "state_cache": new_buffer((s["b"] * s["hv"], n_ckpt, s["dv"],
+                                                       s["dk"]))},
+                   grid=(32, s["dv"], s["b"] * s["hv"]), threads_per_threadgroup=(32, 4, 1))
     y, final = mx.fast.gated_delta_update(q, k, v, gamma, beta, state)
     agreement("gated_delta_seq y", MLX, out.mx("y"), y)
     agreement("gated_delta_seq state", MLX, out.mx("state_out"), final)

@@ -32,7 +32,7 @@ def wrapper(program: Program, bound: Sequence[str],
                            src.path.parent if src.path else None, src.search_dirs)
     form = program.form
     return wrap(form.signature, form.template_args, program.defines, flat, bound=bound,
-                threadgroup_bytes=threadgroup_bytes, label=program.label)
+                threadgroup_bytes=threadgroup_bytes)
 
 
 class MetalBackend:
@@ -105,8 +105,7 @@ class MetalBackend:
             inputs.append((p, mx.array(padded)))
         outputs = run(inputs=[a for _, a in inputs], output_shapes=[(1,)],
                       output_dtypes=[mx.float32], grid=call.geometry.grid,
-                      threadgroup=call.geometry.threadgroup,
-                      template=wrapped.template or None)
+                      threadgroup=call.geometry.threadgroup)
         mx.eval(outputs)
         # The kernel wrote into its inputs' memory: copy the writable ones back.
         written = {}

@@ -115,6 +115,11 @@ class SimBackend:
             self._isolated = Isolated()
         return self._isolated.dispatch(program, call)
 
+    @property
+    def worker_pid(self) -> int | None:
+        """The process id of the worker that runs kernels, while one runs."""
+        return self._isolated.pid if self._isolated is not None else None
+
     def cancel(self) -> None:
         """Stops the kernel running in the worker process, at once (from any thread)."""
         if self._isolated is not None:

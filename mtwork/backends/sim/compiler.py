@@ -12,21 +12,19 @@ from __future__ import annotations
 
 import hashlib
 import platform
-import re
 import shutil
 import threading
 from collections.abc import Sequence
-from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
 from ... import cachedir
 from ...cachedir import cache_dir
-from ...dispatch import Sources
 from ...errors import CompileError, EmulatorUnavailable
 from ...msl.includes import mlx_include_dir
 from ...toolchain import run_clang
 from .rewrite import rewrite_msl
+from .translation import Translation, author_message
 
 PACKAGE_DIR = Path(__file__).parent
 SHIM_DIR = PACKAGE_DIR / "include"
@@ -164,14 +162,6 @@ def prelude_dir() -> Path:
     return target
 
 
-@dataclass(frozen=True)
-class Translation:
-    """One kernel's C++ translation unit, and the sources whose lines its messages name."""
-
-    text: str
-    sources: Sources
-
-
 # Sanitizer builds call the runtime before every load and store, and keep line tables so
 # findings can name the source line.
 # Vectorizing is off: the tracing has callbacks for accesses of up to 16 bytes only.
@@ -224,48 +214,9 @@ def compile_kernel(tu: Translation, math_mode: str, kernel_label: str,
                 "-I", str(prelude_dir()), *user_includes, str(cpp), "-o", str(tmp)]
         result = run_clang(args, kernel_label)
         if result.returncode != 0:
-            raise CompileError(kernel_label, _author_lines(result.stderr, tu, str(cpp)))
+            raise CompileError(kernel_label, author_message(result.stderr, tu, str(cpp)))
         cachedir.publish(tmp, target)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     cachedir.evict(keep=target)
     return target
-
-
-_LOCATION = re.compile(r"(?P<file>[^\s:]+):(?P<line>\d+):(?P<col>\d+):")
-_GUTTER = re.compile(r"^(\s*)(\d+)(?= \|)")
-
-
-def _author_lines(stderr: str, tu: Translation, cpp_path: str) -> str:
-    """Rewrites locations in the main file into the author's own names and lines (the body
-    form's header and body), and those in the translation unit itself into
-    ``<generated>``."""
-    sources = tu.sources
-
-    def relabel(m: re.Match) -> str:
-        file, line, col = m.group("file"), int(m.group("line")), m.group("col")
-        if file == cpp_path:
-            return f"<generated>:{line}:{col}:"
-        if file != sources.label or not sources.regions:
-            return m.group(0)
-        found = sources.author_line(line)
-        name, at = found if found else ("<generated>", line)
-        return f"{name}:{at}:{col}:"
-
-    # Source excerpts carry the file's line numbers in their gutter (`   8 |   code`):
-    # renumber them like the location above them.
-    out, shift = [], 0
-    for line in stderr.splitlines():
-        located = _LOCATION.search(line)
-        if located:
-            mapped = _LOCATION.sub(relabel, line, count=1)
-            new = _LOCATION.search(mapped)
-            shift = int(located.group("line")) - int(new.group("line")) if new else 0
-            line = mapped
-        else:
-            gutter = _GUTTER.match(line)
-            if gutter and shift:
-                number = str(int(gutter.group(2)) - shift).rjust(len(gutter.group(2)))
-                line = f"{gutter.group(1)}{number}{line[gutter.end(2):]}"
-        out.append(line)
-    return "\n".join(out).replace(cpp_path, "<generated>")

@@ -118,6 +118,11 @@ class Isolated:
             proc.kill()
         return proc.wait()
 
+    @property
+    def pid(self) -> int | None:
+        """The worker's process id, while one runs."""
+        return self._proc.pid if self._proc is not None and self._proc.poll() is None else None
+
     def cancel(self) -> None:
         """Stops the kernel that is running (from any thread): the worker ends."""
         self._cancelled = True

@@ -21,9 +21,9 @@ from ...cachedir import cache_dir
 from ...dispatch import Param, Program
 from ...limits import MAX_BUFFER_INDEX
 from ...msl.constants import rewrite_function_constants, strip_msl_only_syntax
-from .compiler import Translation
 from .launcher import LaunchParam, launcher_source
 from .rewrite import rewrite_msl
+from .translation import Translation
 
 __all__ = ["THREADGROUP_SLOT_BASE", "for_emulator", "translation_unit"]
 
@@ -57,6 +57,7 @@ def _line_directive(label: str) -> str:
 class SourceTree:
     """The rewritten copy: the main file and the folders ``#include`` searches."""
 
+    root: Path
     main: Path
     include_dirs: tuple[Path, ...]
 
@@ -83,7 +84,7 @@ def source_tree(program: Program) -> SourceTree:
         if not cachedir.is_sealed(root):
             cachedir.discard(root)
             _write_tree(root, main, dirs, program)
-    return SourceTree(main, dirs)
+    return SourceTree(root, main, dirs)
 
 
 def _write_tree(root: Path, main: Path, dirs: tuple[Path, ...], program: Program) -> None:
@@ -118,4 +119,4 @@ def translation_unit(program: Program) -> tuple[Translation, SourceTree]:
         prelude += "\n"
     launcher = launcher_source(program.function, [_launch_param(p) for p in program.params])
     text = f'{program.defines}{prelude}#include "{main}"\n{launcher}'
-    return Translation(text, program.sources), tree
+    return Translation(text, program.sources, tree.root), tree

@@ -1,0 +1,71 @@
+"""The metal backend's path for full-source kernels, proved off a Mac.
+
+On a Mac, `mtwork.load_metal` kernels run through ``mx.fast.metal_kernel``: the backend
+writes the kernel as a body-form kernel (`mtwork.msl.wrap`) whose inputs carry every
+buffer. `MetalOnSim` is that backend with `mtwork.metal_kernel` on sim standing in for
+MLX (same arguments, same generated kernel), so the exact text MLX would get runs here;
+`run_both` runs a kernel directly and through it, and requires the same bytes.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import numpy as np
+
+import mtwork
+from mtwork.backends import names, register
+from mtwork.backends.metal import MetalBackend
+
+NAME = "metal_on_sim"
+
+
+def _in_process_kernel(**arguments: Any) -> Any:
+    # In process: the metal path's writable buffers are MLX inputs the kernel writes in
+    # place, as a Metal buffer is written; the worker process works on copies of inputs.
+    return functools.partial(mtwork.metal_kernel(**arguments, backend="sim"), isolate=False)
+
+
+class MetalOnSim(MetalBackend):
+    """The metal backend, with `mtwork.metal_kernel` on sim in place of MLX's."""
+
+    name = NAME
+
+    def __init__(self) -> None:
+        super().__init__(make_kernel=_in_process_kernel)
+
+    def unavailable_reason(self) -> str | None:
+        return None
+
+
+def registered() -> str:
+    """The stand-in backend's name, registered once."""
+    if NAME not in names():
+        register(NAME, MetalOnSim)
+    return NAME
+
+
+def _copied(buffers: Any) -> Any:
+    """The buffers with every numpy array copied (a kernel may write them in place)."""
+    def copy(value: Any) -> Any:
+        return value.copy() if isinstance(value, np.ndarray) else value
+
+    if isinstance(buffers, dict):
+        return {k: copy(v) for k, v in buffers.items()}
+    return [copy(v) for v in buffers]
+
+
+def run_both(kernel: mtwork.Kernel, **call: Any) -> mtwork.Outputs:
+    """Runs `kernel` on sim directly and through the metal backend's wrapper; asserts
+    every written buffer is bitwise the same; returns the direct run's outputs."""
+    wrapped_call = {**call, "buffers": _copied(call.get("buffers") or {})}
+    direct = kernel(**call, backend="sim")
+    wrapped = kernel(**wrapped_call, backend=registered())
+    assert set(direct) == set(wrapped), (set(direct), set(wrapped))
+    for name in direct:
+        a, b = np.asarray(direct[name]), np.asarray(wrapped[name])
+        assert a.shape == b.shape and a.tobytes() == b.tobytes(), (
+            f"`{kernel.name}`: buffer `{name}` differs between the direct path and the "
+            f"metal backend's wrapper")
+    return direct

@@ -1,0 +1,126 @@
+"""Every argument is checked before anything runs: a bad one gives a ValueError or
+TypeError that names it, says what was given and what is allowed. One table for both
+kernel forms, their calls and the environment."""
+
+import math
+
+import mlx.core as mx
+import numpy as np
+import pytest
+
+import mtwork
+
+BODY = "uint i = thread_position_in_grid.x; out[i] = inp[i];"
+LIBRARY = """
+#include <metal_stdlib>
+[[kernel]] void copy(device const float* inp [[buffer(0)]], device float* out [[buffer(1)]],
+                     threadgroup float* scratch [[threadgroup(0)]],
+                     uint i [[thread_position_in_grid]]) { out[i] = inp[i]; }
+"""
+X = mx.arange(8, dtype=mx.float32)
+
+
+def make(**changes):
+    arguments = {"name": "copy", "input_names": ["inp"], "output_names": ["out"],
+                 "source": BODY, **changes}
+    return mtwork.metal_kernel(**arguments)
+
+
+def call(**changes):
+    arguments = {"inputs": [X], "grid": (8, 1, 1), "threadgroup": (8, 1, 1),
+                 "output_shapes": [(8,)], "output_dtypes": [mx.float32], **changes}
+    return make()(**arguments)
+
+
+def call_library(**changes):
+    kernel = mtwork.load_metal(LIBRARY).kernel("copy")
+    arguments = {"buffers": [np.zeros(8, np.float32), mtwork.new_buffer(8)], "grid": 8,
+                 "threads_per_threadgroup": 8, "threadgroup_memory": {0: 32}, **changes}
+    return kernel(**arguments)
+
+
+CASES = [
+    # (what, thunk, error, words the message must hold)
+    ("name=123", lambda: make(name=123), ValueError, ["`name`", "123"]),
+    ("name with a space", lambda: make(name="my kernel"), ValueError, ["`name`", "my kernel"]),
+    ("input_names a str", lambda: make(input_names="inp"), TypeError, ["`input_names`", "'inp'"]),
+    ("an input name not an identifier", lambda: make(input_names=["in-1"]), ValueError,
+     ["`input_names`", "in-1"]),
+    ("a name twice", lambda: make(input_names=["out"]), ValueError, ["twice"]),
+    ("source=None", lambda: make(source=None), TypeError, ["`source`", "None"]),
+    ("header=7", lambda: make(header=7), TypeError, ["`header`", "7"]),
+    ("ensure_row_contiguous=1", lambda: make(ensure_row_contiguous=1), TypeError,
+     ["`ensure_row_contiguous`"]),
+    ("an unknown backend", lambda: make(backend="cuda"), ValueError, ["cuda", "sim"]),
+    ("inputs an mx.array", lambda: call(inputs=X), TypeError, ["`inputs`", "list"]),
+    ("output_shapes of a str", lambda: call(output_shapes=["64"]), ValueError,
+     ["output_shapes[0]", "'64'", "integers"]),
+    ("a fractional output size", lambda: call(output_shapes=[(64.7,)]), ValueError,
+     ["output_shapes[0]", "64.7"]),
+    ("a negative output size", lambda: call(output_shapes=[(-1,)]), ValueError,
+     ["output_shapes[0]", "negative"]),
+    ("output_dtypes not a dtype", lambda: call(output_dtypes=[np.float32]), ValueError,
+     ["output_dtypes[0]", "mx.float32"]),
+    ("grid of two values", lambda: call(grid=(8, 1)), ValueError, ["`grid`", "three"]),
+    ("a zero grid", lambda: call(grid=(0, 1, 1)), ValueError, ["`grid`", "positive"]),
+    ("a fractional threadgroup", lambda: call(threadgroup=(8.0, 1, 1)), ValueError,
+     ["`threadgroup`", "integers"]),
+    ("a grid past 2**32 - 1", lambda: call(grid=(2**32, 1, 1)), ValueError,
+     ["`grid`", "4294967296", "4294967295"]),
+    ("a threadgroup over 1024 threads", lambda: call(threadgroup=(2048, 1, 1)), ValueError,
+     ["`threadgroup`", "2048", "1024"]),
+    ("timeout=nan", lambda: call(timeout=math.nan), ValueError, ["`timeout`", "nan"]),
+    ("timeout='1'", lambda: call(timeout="1"), TypeError, ["`timeout`", "'1'"]),
+    ("timeout=0", lambda: call(timeout=0), ValueError, ["`timeout`", "positive"]),
+    ("sanitize='yes please'", lambda: call(sanitize="yes please"), ValueError,
+     ["`sanitize`", "warn"]),
+    ("isolate='no'", lambda: call(isolate="no"), ValueError, ["`isolate`", "'no'"]),
+    ("init_value nan", lambda: call(init_value=math.nan), ValueError, ["`init_value`"]),
+    ("library buffers an array", lambda: call_library(buffers=np.zeros(8, np.float32)),
+     TypeError, ["`buffers`"]),
+    ("library grid and threadgroups", lambda: call_library(threadgroups=1), TypeError,
+     ["threadgroups=", "grid="]),
+    ("library grid of four values", lambda: call_library(grid=(8, 1, 1, 1)), ValueError,
+     ["`grid`", "one to three"]),
+    ("library threadgroup memory unaligned", lambda: call_library(threadgroup_memory={0: 30}),
+     ValueError, ["30 bytes", "multiple of 16"]),
+    ("library threadgroup memory negative", lambda: call_library(threadgroup_memory={0: -16}),
+     ValueError, ["-16"]),
+    ("library threadgroup memory over 32 KiB",
+     lambda: call_library(threadgroup_memory={0: 64 * 1024}), mtwork.ThreadgroupMemoryError,
+     ["32 KiB"]),
+    ("library timeout=inf", lambda: call_library(timeout=math.inf), ValueError,
+     ["`timeout`", "inf"]),
+    ("load_metal of a number", lambda: mtwork.load_metal(7), TypeError, ["`source`", "int"]),
+    ("load_metal math mode", lambda: mtwork.load_metal(LIBRARY, math_mode="quick"), ValueError,
+     ["`math_mode`", "quick", "safe"]),
+    ("load_metal include_dirs a path", lambda: mtwork.load_metal(LIBRARY, include_dirs="x"),
+     TypeError, ["`include_dirs`"]),
+    ("a kernel name not a str", lambda: mtwork.load_metal(LIBRARY).kernel(3), TypeError,
+     ["name", "3"]),
+]
+
+
+@pytest.mark.parametrize(("thunk", "error", "words"), [c[1:] for c in CASES],
+                         ids=[c[0] for c in CASES])
+def test_a_bad_argument_is_named(thunk, error, words):
+    with pytest.raises(error) as caught:
+        thunk()
+    message = str(caught.value)
+    missing = [w for w in words if w not in message]
+    assert not missing, f"{message!r} lacks {missing}"
+
+
+@pytest.mark.parametrize(("variable", "value", "words"), [
+    ("MTWORK_TIMEOUT", "soon", ["MTWORK_TIMEOUT", "soon"]),
+    ("MTWORK_TIMEOUT", "-3", ["MTWORK_TIMEOUT", "-3"]),
+    ("MTWORK_SANITIZE", "maybe", ["MTWORK_SANITIZE", "maybe"]),
+    ("MTWORK_ISOLATE", "perhaps", ["MTWORK_ISOLATE", "perhaps"]),
+    ("MTWORK_BACKEND", "cuda", ["MTWORK_BACKEND", "cuda"]),
+])
+def test_a_bad_environment_variable_is_named(monkeypatch, variable, value, words):
+    monkeypatch.setenv(variable, value)
+    with pytest.raises(ValueError) as caught:
+        call(grid=(8, 1, 1))
+    message = str(caught.value)
+    assert all(w in message for w in words), message
