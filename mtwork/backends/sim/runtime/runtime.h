@@ -47,6 +47,8 @@ enum mtw_finding_kind {
 const char* mtw_finding_kind_name(uint32_t code);
 const char* mtw_finding_kind_text(uint32_t code);
 
+#define MTW_FINDING_CALLERS 6
+
 typedef struct mtw_finding {
   uint32_t kind;
   uint32_t write;            // the access (for races: the later one) was a write
@@ -61,6 +63,9 @@ typedef struct mtw_finding {
   uint32_t other_write;      // the other access of a race was a write
   uint64_t pc;               // code offset in the kernel library (for the source line)
   uint64_t count;            // how many accesses this finding stands for
+  // Code offsets of the calls that led to pc, innermost first (0: no more), for findings
+  // in functions that were not inlined (a helper's caller is the author's line).
+  uint64_t callers[MTW_FINDING_CALLERS];
 } mtw_finding;
 
 // A thread that had not finished when a dispatch was stopped from outside.

@@ -21,7 +21,7 @@ constexpr const char* kStoppedBeforeWrite =
     "stopped by the sanitizer before an out-of-bounds write";
 
 struct ImageSearch {
-  uintptr_t address, lo, hi;
+  uintptr_t address, lo, hi, base;
 };
 
 // The memory of the loaded object that holds `address` (its constants and tables).
@@ -38,6 +38,7 @@ int find_image(struct dl_phdr_info* info, size_t, void* data) {
   if (search->address >= lo && search->address < hi) {
     search->lo = lo;
     search->hi = hi;
+    search->base = info->dlpi_addr;
     return 1;
   }
   return 0;
@@ -59,7 +60,11 @@ class HoldCancel {
   sigset_t previous_;
 };
 
-uint64_t code_offset(const void* pc) {
+// Where `pc` is in the object that holds it (the kernel library, from the dispatch's
+// record of it; anything else, from the loader).
+uint64_t code_offset(const SanitizerState& san, const void* pc) {
+  uintptr_t at = reinterpret_cast<uintptr_t>(pc);
+  if (at - san.image_lo < san.image_hi - san.image_lo) return at - san.image_base;
   HoldCancel hold;
   Dl_info info;
   if (pc && dladdr(pc, &info) && info.dli_fbase)
@@ -158,6 +163,22 @@ void threadgroup_access(Worker* w, uint32_t offset, uint32_t size, bool write, c
   }
 }
 
+// Inside an atomic operation: no race with other atomics, and the atomic stores that
+// initialise a counter are not traced, so neither races nor reads of bytes never written
+// are reported; a write counts as initialising.
+void atomic_threadgroup_access(Worker* w, uint32_t offset, uint32_t size, bool write) {
+  uint64_t end = uint64_t(offset) + size;
+  if (!write) return;
+  for (uint64_t at = offset; at < end && at < kTgMemoryCapacity; ++at) {
+    TgShadow& e = w->tg_shadow[at];
+    if (e.group != w->group_serial) {
+      e = TgShadow{w->group_serial, w->barrier_epoch, kNobody, 0, kNobody, kNobody,
+                   kNobody, kNobody, 0, 0, 0};
+    }
+    e.flags |= kWritten;
+  }
+}
+
 // Reports an access at `address`, outside every buffer (naming the nearest one), and
 // stops the kernel before a write there.
 void out_of_bounds(Worker* w, uintptr_t address, bool write, const void* pc) {
@@ -216,7 +237,7 @@ void device_access(Worker* w, uintptr_t address, uint32_t size, bool write, cons
 
 void on_access(const void* p, uint32_t size, bool write, const void* pc) {
   Worker* w = worker_here();
-  if (!w || !w->in_kernel || w->atomic_depth || !w->dispatch->launch.sanitize) return;
+  if (!w || !w->in_kernel || !w->dispatch->launch.sanitize) return;
   uintptr_t a = reinterpret_cast<uintptr_t>(p);
   // A thread's own memory and the runtime's: fiber stacks, the worker's stack and state.
   if (stack_place(a) != kNotInArena) return;
@@ -224,7 +245,8 @@ void on_access(const void* p, uint32_t size, bool write, const void* pc) {
   if (a - reinterpret_cast<uintptr_t>(w) < sizeof(Worker)) return;
   uintptr_t tg = reinterpret_cast<uintptr_t>(w->tg_memory);
   if (a - tg < kTgMemoryCapacity) {
-    threadgroup_access(w, uint32_t(a - tg), size, write, pc);
+    if (w->atomic_depth) atomic_threadgroup_access(w, uint32_t(a - tg), size, write);
+    else threadgroup_access(w, uint32_t(a - tg), size, write, pc);
     return;
   }
   device_access(w, a, size, write, pc);
@@ -246,6 +268,32 @@ void sanitizer_position(const Worker* w, uint32_t linear, uint32_t out[3]) {
   out[0] = linear % g.tg_size[0];
   out[1] = (linear / g.tg_size[0]) % g.tg_size[1];
   out[2] = linear / (g.tg_size[0] * g.tg_size[1]);
+}
+
+// The calls that led to kernel code at `pc`, when it is on this thread's stack: the
+// frame-pointer chain from here, from the frame that returns to `pc` outwards, keeping
+// the return addresses into the kernel library (the runtime's frames between, such as a
+// SIMD-group function's, are passed over).
+static void callers_of(const Worker* w, const void* pc, uint64_t out[MTW_FINDING_CALLERS]) {
+  const SanitizerState& san = w->dispatch->san;
+  auto on_stack = [w](uintptr_t a) {
+    return stack_place(a) == kInStack || a - w->os_stack_lo < w->os_stack_hi - w->os_stack_lo;
+  };
+  auto* fp = static_cast<uintptr_t*>(__builtin_frame_address(0));
+  bool found = false;
+  uint32_t n = 0;
+  for (int depth = 0; depth < 64 && n < MTW_FINDING_CALLERS; ++depth) {
+    uintptr_t here = reinterpret_cast<uintptr_t>(fp);
+    if (here % sizeof(uintptr_t) || !on_stack(here) || !on_stack(here + sizeof(uintptr_t)))
+      break;
+    uintptr_t ret = fp[1];
+    if (found && ret - san.image_lo < san.image_hi - san.image_lo)
+      out[n++] = ret - san.image_base;
+    found = found || ret == reinterpret_cast<uintptr_t>(pc);
+    auto* next = reinterpret_cast<uintptr_t*>(fp[0]);
+    if (next <= fp) break;
+    fp = next;
+  }
 }
 
 void sanitizer_record(Worker* w, const mtw_finding& f) {
@@ -274,14 +322,15 @@ mtw_finding sanitizer_finding(Worker* w, uint32_t kind, uint32_t thread, const v
   f.buffer = -1;
   f.tg_array = -1;
   f.count = 1;
-  f.pc = code_offset(pc);
+  f.pc = code_offset(w->dispatch->san, pc);
+  callers_of(w, pc, f.callers);
   sanitizer_position(w, thread, f.thread);
   memcpy(f.group, w->group.group_pos, sizeof(f.group));
   return f;
 }
 
 int32_t sanitizer_array(Worker* w, uint32_t offset, uint32_t size, const char* name,
-                    uint32_t element_size) {
+                        uint32_t element_size) {
   SanitizerState& san = w->dispatch->san;
   HoldCancel hold;
   pthread_mutex_lock(&san.lock);
@@ -300,10 +349,11 @@ void sanitizer_begin_dispatch(Dispatch* d) {
   pthread_mutex_init(&d->san.lock, nullptr);
   d->san.findings = 0;
   d->san.array_count = 0;
-  ImageSearch search{reinterpret_cast<uintptr_t>(d->launch.entry), 0, 0};
+  ImageSearch search{reinterpret_cast<uintptr_t>(d->launch.entry), 0, 0, 0};
   dl_iterate_phdr(find_image, &search);
   d->san.image_lo = search.lo;
   d->san.image_hi = search.hi;
+  d->san.image_base = search.base;
 }
 
 void sanitizer_begin_worker(Worker* w) {
@@ -377,6 +427,22 @@ extern "C" void* mtw_sanitizer_memmove(void* dst, const void* src, size_t n) {
 extern "C" void* mtw_sanitizer_memset(void* dst, int value, size_t n) {
   on_range(dst, n, true, __builtin_return_address(0));
   return memset(dst, value, n);
+}
+
+// What sanitize builds call before each atomic read-modify-write (AddressSanitizer's pass
+// again), for its bounds and its write: the atomic's own value is the operation's affair.
+#define MTW_ATOMIC_RMW(bytes)                                  \
+  extern "C" void mtw_sanitizer_store##bytes(uintptr_t p) {    \
+    on_access(reinterpret_cast<const void*>(p), bytes, true,   \
+              __builtin_return_address(0));                    \
+  }
+MTW_ATOMIC_RMW(1)
+MTW_ATOMIC_RMW(2)
+MTW_ATOMIC_RMW(4)
+MTW_ATOMIC_RMW(8)
+MTW_ATOMIC_RMW(16)
+extern "C" void mtw_sanitizer_storeN(uintptr_t p, size_t n) {
+  on_range(reinterpret_cast<const void*>(p), n, true, __builtin_return_address(0));
 }
 
 extern "C" void mtw_sanitizer_atomic(int inside) {

@@ -61,6 +61,7 @@ struct SanitizerState {
   TgArray arrays[kMaxTgArrays];
   uint32_t array_count;
   uintptr_t image_lo, image_hi;  // the kernel library's own memory (constants, tables)
+  uintptr_t image_base;          // its load address (code offsets count from it)
 };
 
 void sanitizer_begin_dispatch(Dispatch* d);
