@@ -10,6 +10,8 @@ show up afterwards.
 from __future__ import annotations
 
 import ctypes
+from collections.abc import Iterable
+from dataclasses import replace
 
 import numpy as np
 
@@ -138,10 +140,20 @@ def report(name: str, tu: Translation, library_path, sanitizing: runtime.Sanitiz
            memory: Memory, finished: bool = True) -> SanitizerReport:
     """The findings of one sanitized dispatch (and, when it finished, unwritten outputs)."""
     reader = _Reader(name, tu, library_path, sanitizing, memory)
-    out = SanitizerReport(name, [reader.finding(f) for f in sanitizing.found])
+    out = SanitizerReport(name, _merged(reader.finding(f) for f in sanitizing.found))
     if finished:
         out.findings += _unwritten_outputs(name, memory, sanitizing)
     return out
+
+
+def _merged(findings: Iterable[Finding]) -> list[Finding]:
+    """One finding for those that differ only in their count (accesses at several
+    places of the compiled code that are one place of the source)."""
+    merged: dict[Finding, int] = {}
+    for f in findings:
+        key = replace(f, count=1)
+        merged[key] = merged.get(key, 0) + f.count
+    return [replace(f, count=n) for f, n in merged.items()]
 
 
 def _unwritten_outputs(name: str, memory: Memory,
