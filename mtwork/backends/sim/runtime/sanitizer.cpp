@@ -235,13 +235,22 @@ void device_access(Worker* w, uintptr_t address, uint32_t size, bool write, cons
   out_of_bounds(w, address, write, pc);
 }
 
+// The worker running this code: a fiber's from its header (the common case, inline),
+// else the one whose OS stack this is.
+inline Worker* this_worker() {
+  uintptr_t sp = reinterpret_cast<uintptr_t>(__builtin_frame_address(0));
+  uintptr_t arena = reinterpret_cast<uintptr_t>(fiber_arena);
+  if (sp - arena < fiber_regions << kFiberRegionShift) return fiber_headers[region_of(sp)].worker;
+  return worker_here();
+}
+
+// Every traced access comes here, so the cases that need no check leave first: the
+// fibers' stacks (frames and private arrays), then the runtime's own state.
 void on_access(const void* p, uint32_t size, bool write, const void* pc) {
-  Worker* w = worker_here();
-  if (!w || !w->in_kernel || !w->dispatch->launch.sanitize) return;
   uintptr_t a = reinterpret_cast<uintptr_t>(p);
-  // A thread's own memory and the runtime's: fiber stacks, the worker's stack and state.
-  if (stack_place(a) != kNotInArena) return;
-  if (a - w->os_stack_lo < w->os_stack_hi - w->os_stack_lo) return;
+  if (a - reinterpret_cast<uintptr_t>(fiber_arena) < fiber_regions << kFiberRegionShift) return;
+  Worker* w = this_worker();
+  if (!w || !w->in_kernel || !w->dispatch->launch.sanitize) return;
   if (a - reinterpret_cast<uintptr_t>(w) < sizeof(Worker)) return;
   uintptr_t tg = reinterpret_cast<uintptr_t>(w->tg_memory);
   if (a - tg < kTgMemoryCapacity) {
@@ -249,6 +258,7 @@ void on_access(const void* p, uint32_t size, bool write, const void* pc) {
     else threadgroup_access(w, uint32_t(a - tg), size, write, pc);
     return;
   }
+  if (a - w->os_stack_lo < w->os_stack_hi - w->os_stack_lo) return;
   device_access(w, a, size, write, pc);
 }
 
