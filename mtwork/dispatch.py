@@ -14,6 +14,7 @@ messages for both forms.
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -45,7 +46,7 @@ __all__ = [
     "options",
 ]
 
-SanitizeMode = Literal["raise", "warn"]
+SanitizeMode = Literal["raise", "warn", "report"]
 
 # --- the program -----------------------------------------------------------------------
 
@@ -201,9 +202,9 @@ class Geometry:
 
 @dataclass(frozen=True)
 class Options:
-    """How to run: `sanitize` ("raise", "warn" or None), `timeout` (seconds of the sim
-    watchdog, None for the default), `isolate` (sim: in a worker process, so that a
-    crashing kernel cannot take the caller down; None for $MTWORK_ISOLATE's choice)."""
+    """How to run: `sanitize` ("raise", "warn", "report" or None), `timeout` (seconds of
+    the sim watchdog, None for the default), `isolate` (sim: in a worker process, so that
+    a crashing kernel cannot take the caller down; None for $MTWORK_ISOLATE's choice)."""
 
     sanitize: SanitizeMode | None = None
     timeout: float | None = None
@@ -289,8 +290,23 @@ def check_timeout(value: Any, what: str = "`timeout`") -> float | None:
     return seconds
 
 
+def env_timeout() -> float | None:
+    """$MTWORK_TIMEOUT in seconds, checked; None when it is not set."""
+    value = os.environ.get("MTWORK_TIMEOUT")
+    if not value:
+        return None
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = math.nan
+    if not (math.isfinite(seconds) and seconds > 0):
+        raise ValueError(f"MTWORK_TIMEOUT must be a positive, finite number of seconds, "
+                         f"got {value!r}")
+    return seconds
+
+
 def options(*, sanitize: Any = None, timeout: Any = None, isolate: Any = None) -> Options:
-    """Checked `Options`; `sanitize` True/"raise", "warn", False/None, or from
+    """Checked `Options`; `sanitize` True/"raise", "warn", "report", False/None, or from
     $MTWORK_SANITIZE when None."""
     from .sanitizer import mode
 

@@ -349,6 +349,11 @@ class LibraryLaunch:
         """Compiles the kernel ahead of a call (full-source kernels take no inputs here)."""
         self.kernel.compile(backend=backend)
 
+    @property
+    def sanitizer_report(self) -> SanitizerReport | None:
+        """The sanitizer's report of this launch's last sanitized call."""
+        return self.kernel.last_sanitizer_report
+
     def __call__(self, *inputs: Any, backend: str | None = None,
                  sanitize: bool | str | None = None) -> Outputs:
         if inputs:

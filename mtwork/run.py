@@ -6,7 +6,8 @@ apart), `mtwork.diff` of every output against the oracle's, then `timing.bench` 
 the outputs are right. What happens is an `Outcome`, never an exception: ``ok``,
 ``wrong`` (not timed), ``compile_error``, ``fault`` (faults, deadlocks, timeouts,
 threadgroup memory), ``oracle_error`` (an oracle for this configuration raised) or
-``error`` (anything else, e.g. a launch the kernel API rejects).
+``error`` (anything else, e.g. a launch the kernel API rejects). A kernel cancelled from
+outside (`KernelCancelled`) is no outcome: it is raised to whoever stopped it.
 """
 
 from __future__ import annotations
@@ -18,15 +19,24 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from .display import callable_name
-from .errors import CompileError, KernelFault, OracleError, SweepError, UnknownParameterError
+from .errors import (
+    CompileError,
+    KernelCancelled,
+    KernelFault,
+    OracleError,
+    SweepError,
+    UnknownParameterError,
+)
 from .kernel import Launch
 from .library_kernel import LibraryLaunch
 from .oracle import DiffReport, diff
+from .sanitizer import SanitizerReport
 from .timing import Measurement, bench, output_arrays, wait_for
 
 __all__ = ["FAILED", "Oracle", "Outcome", "Runner", "Status", "outcome_of"]
 
-Status = Literal["ok", "wrong", "compile_error", "fault", "oracle_error", "error"]
+# "skipped" is a sweep's: a setting of a compile error class already seen, not run.
+Status = Literal["ok", "wrong", "compile_error", "fault", "oracle_error", "error", "skipped"]
 FAILED: tuple[Status, ...] = ("wrong", "compile_error", "fault", "oracle_error", "error")
 
 
@@ -42,6 +52,7 @@ class Outcome:
     error_type: str | None = None
     message: str | None = None
     checked: bool = False
+    sanitizer: SanitizerReport | None = None  # when the runner sanitizes
 
     @property
     def ok(self) -> bool:
@@ -50,8 +61,8 @@ class Outcome:
 
 def outcome_of(exc: Exception) -> Outcome:
     """The outcome an exception from building or running a kernel stands for; mistakes in
-    the set-up itself (`SweepError`) are raised, not recorded."""
-    if isinstance(exc, SweepError):
+    the set-up itself (`SweepError`) and kernels stopped from outside are raised."""
+    if isinstance(exc, (SweepError, KernelCancelled)):
         raise exc
     status: Status = ("compile_error" if isinstance(exc, CompileError)
                       else "fault" if isinstance(exc, KernelFault) else "error")
@@ -107,11 +118,14 @@ class Runner:
     """Runs built kernels on `inputs`: checked against `oracle` (see `Oracle`), with
     `diff_options` for `mtwork.diff`, timed over `rounds` after `warmup` calls on
     `backend`'s clock (0 rounds: not timed). `names` label the outputs in the diffs.
+    `sanitize` (a mode of `kernel(sanitize=...)`, e.g. "report") runs the first call under
+    the sanitizer and keeps its report on the outcome; sanitized runs are not timed.
     `on_phase(name)` hears "running", "checking" and "timing" as they start."""
 
     def __init__(self, *, inputs: Sequence[Any] = (), oracle: Any = None,
                  diff_options: Mapping[str, Any] | None = None, backend: str,
                  rounds: int = 5, warmup: int = 1, names: Sequence[str] = (),
+                 sanitize: bool | str | None = None,
                  on_phase: Callable[[str], None] | None = None):
         self.inputs = list(inputs)
         self.oracle = Oracle(oracle, self.inputs)
@@ -120,15 +134,16 @@ class Runner:
         self.rounds = rounds
         self.warmup = warmup
         self.names = list(names)
+        self.sanitize = sanitize
         self.on_phase = on_phase or _quiet
 
-    def call(self, built: Any) -> Callable[[], Any]:
+    def call(self, built: Any, sanitize: bool | str | None = None) -> Callable[[], Any]:
         """`built` (a `Launch` or `LibraryLaunch`, run on the runner's backend, or any
         callable) as a call on the runner's inputs."""
         if isinstance(built, LibraryLaunch):
-            return lambda: built(backend=self.backend)
+            return lambda: built(backend=self.backend, sanitize=sanitize)
         if isinstance(built, Launch):
-            return lambda: built(*self.inputs, backend=self.backend)
+            return lambda: built(*self.inputs, backend=self.backend, sanitize=sanitize)
         if not callable(built):
             raise SweepError(f"build(config) must return an mtwork.Launch or a callable, "
                              f"got {type(built).__name__}")
@@ -137,6 +152,7 @@ class Runner:
     def run(self, built: Any, config: Mapping[str, Any]) -> Outcome:
         """Runs, checks and times `built` for `config`."""
         fn = self.call(built)
+        first = self.call(built, self.sanitize) if self.sanitize else fn
         expected = None
         if self.oracle and self.oracle.per_config:
             try:
@@ -151,19 +167,23 @@ class Runner:
         self.on_phase("running")
         start = time.perf_counter()
         try:
-            outputs = fn()
+            outputs = first()
             wait_for(outputs, self.backend)
         except UnknownParameterError:
             raise
         except Exception as exc:  # noqa: BLE001 - this configuration's outcome
-            return outcome_of(exc)
-        outcome = Outcome(first_call_s=time.perf_counter() - start)
+            failed = outcome_of(exc)
+            failed.sanitizer = getattr(exc, "report", None)
+            return failed
+        outcome = Outcome(first_call_s=time.perf_counter() - start,
+                          sanitizer=getattr(built, "sanitizer_report", None)
+                          if self.sanitize else None)
         if self.oracle:
             self.on_phase("checking")
             self._check(outcome, outputs, expected)
             if not outcome.ok:
                 return outcome
-        if self.rounds > 0:
+        if self.rounds > 0 and not self.sanitize:
             self.on_phase("timing")
             try:
                 outcome.measurement = bench(fn, warmup=self.warmup, rounds=self.rounds,

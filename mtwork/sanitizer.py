@@ -15,7 +15,8 @@ and initcheck; Oclgrind; Metal shader validation):
   ValueError before the kernel runs, sanitized or not).
 
 `sanitize=True` raises `SanitizerError` when anything is found; `sanitize="warn"` warns
-and returns the outputs. Either way the report is kept on the kernel as `last_sanitizer_report`.
+and returns the outputs; `sanitize="report"` only returns them (a tool shows the report).
+Each way the report is kept on the kernel as `last_sanitizer_report`.
 """
 
 from __future__ import annotations
@@ -116,7 +117,8 @@ _ON = ("1", "raise", "on", "true", "yes")
 
 
 def mode(sanitize: bool | str | None) -> str | None:
-    """None (off), "raise" or "warn", from the call argument or $MTWORK_SANITIZE."""
+    """None (off), "raise", "warn" or "report", from the call argument or
+    $MTWORK_SANITIZE."""
     if sanitize is None:
         value = os.environ.get("MTWORK_SANITIZE", "").strip().lower()
         if value in _OFF:
@@ -129,6 +131,6 @@ def mode(sanitize: bool | str | None) -> str | None:
         return None
     if sanitize is True or sanitize == "raise":
         return "raise"
-    if sanitize == "warn":
-        return "warn"
-    raise ValueError(f"`sanitize` must be True, False or 'warn', got {sanitize!r}")
+    if sanitize in ("warn", "report"):
+        return sanitize  # type: ignore[return-value]
+    raise ValueError(f"`sanitize` must be True, False, 'warn' or 'report', got {sanitize!r}")

@@ -29,8 +29,8 @@ from ..dispatch import Completion, Dispatch, Options, Program
 from ..errors import BackendUnavailable
 from ..sanitizer import SanitizerError, SanitizerWarning
 
-__all__ = ["Backend", "backends", "compile", "default_backend", "get", "names", "register",
-           "resolve", "run", "unregister"]
+__all__ = ["Backend", "backends", "cancel", "compile", "default_backend", "get", "names",
+           "register", "resolve", "run", "unregister"]
 
 
 class Backend(Protocol):
@@ -43,6 +43,9 @@ class Backend(Protocol):
     def compile(self, program: Program, *, sanitize: bool = False) -> object: ...
 
     def dispatch(self, program: Program, call: Dispatch) -> Completion: ...
+
+    def cancel(self) -> None:
+        """Stops the running dispatch (from another thread), where the backend can."""
 
 
 Factory = Callable[[], Backend]
@@ -153,14 +156,26 @@ def compile(program: Program, *, backend: str | None = None,
     _chosen(backend, options).compile(program, sanitize=options.sanitize is not None)
 
 
+def cancel(backend: str | None = None) -> None:
+    """Stops what `backend` (None: the default) is running, where it can: on ``sim`` the
+    kernel ends at once with `KernelCancelled`. Backends made by `register` that have no
+    ``cancel`` are left running."""
+    chosen = _instances.get(resolve(backend))
+    stop = getattr(chosen, "cancel", None)
+    if stop is not None:
+        stop()
+
+
 def run(program: Program, call: Dispatch, *, backend: str | None = None) -> Completion:
     """Dispatches `program` on `backend` (None: the default). With the sanitizer on, a
-    report with findings raises `SanitizerError` (``"raise"``) or warns (``"warn"``); the
-    report is on the completion either way, and on the error as `.report`."""
+    report with findings raises `SanitizerError` (``"raise"``), warns (``"warn"``) or is
+    only kept (``"report"``); the report is on the completion, and on the error as
+    `.report`."""
     completion = _chosen(backend, call.options).dispatch(program, call)
     report = completion.sanitizer
     if report is not None and not report.ok:
         if call.options.sanitize == "raise":
             raise SanitizerError(report)
-        warnings.warn(str(report), SanitizerWarning, stacklevel=3)
+        if call.options.sanitize == "warn":
+            warnings.warn(str(report), SanitizerWarning, stacklevel=3)
     return completion

@@ -1,11 +1,12 @@
 """Live MSL editing in JupyterLab: `mtwork.editor(...)` (this package is callable) shows a
 kernel's body (and header) in a code editor; edits compile, run on the notebook's inputs
 and are diffed against the oracle as you type, with compile errors at their lines, knobs
-for the kernel's parameters, and a sweep button. See `widget.editor` for the arguments.
+for the kernel's parameters, and a sweep button. See `make.editor` for the arguments.
 
 Modules: `loop` (the edit-compile-run-check loop, no widgets), `background` (its worker
 thread), `knobs` (parameter space and constraints), `diagnostics` (compiler messages),
-`panels` (HTML for the panels and the static copy) and `widget` (the Jupyter widgets).
+`outcome` (what a step gave), `panels` (HTML for the panels and the static copy),
+`widget` (the Jupyter widgets) and `make` (`editor(...)`).
 
 The browser side is `js/editor_src.js`, bundled with CodeMirror 6 into one ESM file,
 `static/editor.js`, so the editor works offline. To rebuild it (Node.js 18+), in a folder
@@ -27,8 +28,10 @@ from typing import Any
 
 from .diagnostics import Diagnostic, parse_diagnostics
 from .knobs import Knobs
-from .loop import EditLoop, Outcome
-from .widget import CodeEditor, Editor, Snapshot, editor
+from .loop import EditLoop
+from .make import editor
+from .outcome import Outcome
+from .widget import CodeEditor, Editor, Snapshot
 
 __all__ = [
     "CodeEditor",

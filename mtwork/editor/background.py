@@ -46,6 +46,15 @@ class Worker:
             self._timer = timer
             timer.start()
 
+    def drop_pending(self) -> None:
+        """Forgets the job waiting to start and the one `later` would submit."""
+        with self._cond:
+            self._cancel_timer()
+            if self._pending is not None:
+                self._pending[1].cancel()
+                self._pending = None
+                self._cond.notify_all()
+
     def wait(self, timeout: float | None = None) -> bool:
         """Block until no job runs, waits or is scheduled; False if `timeout` ran out."""
         with self._cond:

@@ -8,7 +8,9 @@ is replaced by the one made from the edited texts), compiles, runs it through
 `mtwork.run.Runner` (run, diff every output against the oracle, time when all match).
 Nothing in the loop ever changes the texts: a compile error, a fault or an exception in
 `build` becomes an `Outcome`, and the texts stay as they were. `submit()` and
-`schedule()` do the same on a background thread.
+`schedule()` do the same on a background thread; `cancel()` (and any edit while a kernel
+runs) stops the running kernel at once. With `sanitize` on, each run is checked by the
+sanitizer and its findings are put at their lines.
 """
 
 from __future__ import annotations
@@ -17,94 +19,42 @@ import dataclasses
 import hashlib
 import itertools
 import logging
+import re
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
 import mlx.core as mx
 
+from ..backends import cancel as cancel_backend
 from ..backends import resolve as resolve_backend
-from ..display import TimeUnit
-from ..errors import CompileError, KernelFault
+from ..dispatch import env_timeout
+from ..errors import CompileError, KernelCancelled, KernelFault
 from ..families import KernelSpec
 from ..kernel import MetalKernel
 from ..library_kernel import Kernel, LibraryLaunch
-from ..oracle import DiffReport
 from ..run import Runner
-from ..sweep import Config, SweepResult, sweep
-from ..timing import Measurement, output_arrays
+from ..sanitizer import SanitizerReport
+from ..sweep import Config, SweepInterrupted, SweepResult, sweep
+from ..timing import output_arrays
 from .background import Worker
 from .diagnostics import Diagnostic, parse_diagnostics
 from .knobs import Knobs
+from .outcome import Outcome
 from .targets import Target
 
 log = logging.getLogger(__name__)
 
-Status = Literal["compiled", "ok", "ran", "wrong", "compile_error", "fault", "error"]
-Event = Literal["texts", "knobs", "phase", "outcome", "sweep", "saved"]
+Event = Literal["texts", "knobs", "options", "phase", "outcome", "sweep", "saved"]
 Listener = Callable[[Event], None]
 Build = Callable[[Config], Any]  # an mtwork.Launch or a full-source kernel.launch(...)
 
-DEFAULT_TIMEOUT = 30.0  # seconds a kernel may run on sim before the watchdog stops it
-
-
-@dataclass(frozen=True)
-class Outcome:
-    """What one compile (and run) of the edited texts gave."""
-
-    number: int
-    status: Status
-    source: str
-    header: str
-    config: dict[str, Any]
-    message: str = ""  # the compiler's text, the fault, or the error
-    diagnostics: tuple[Diagnostic, ...] = ()
-    diffs: tuple[DiffReport, ...] = ()
-    measurement: Measurement | None = None
-    seconds: float = 0.0  # wall time of the whole step
-
-    @property
-    def ok(self) -> bool:
-        """Compiled and ran; and every output matched the oracle, when there is one."""
-        return self.status in ("ok", "ran")
-
-    @property
-    def compiled(self) -> bool:
-        return self.status != "compile_error"
-
-    def summary(self) -> str:
-        """One line: status, the diff verdicts and the time."""
-        config = ", ".join(f"{k}={v}" for k, v in self.config.items())
-        head = f"run #{self.number}: {_STATUS_TEXT[self.status]}"
-        if config:
-            head += f" [{config}]"
-        parts = [head]
-        if self.diffs:
-            parts.append("; ".join(
-                f"{d.name}: {'PASS' if d.ok else 'FAIL'}"
-                + ("" if d.ok else f" {d.n_mismatch}/{d.size} mismatches") for d in self.diffs))
-        if self.measurement is not None:
-            median = self.measurement.median
-            parts.append(f"median {TimeUnit.for_seconds(median).format(median)} "
-                         f"[{self.measurement.clock.label}]")
-        elif self.message and self.status != "compile_error":
-            parts.append(self.message.splitlines()[0])
-        return " — ".join(parts)
-
-
-_STATUS_TEXT = {
-    "compiled": "compiled",
-    "ok": "correct",
-    "ran": "ran — no oracle",
-    "wrong": "wrong result",
-    "compile_error": "compile error",
-    "fault": "kernel fault",
-    "error": "error",
-}
+DEFAULT_TIMEOUT = 30.0  # seconds a kernel may run on sim, unless $MTWORK_TIMEOUT says
+_RUNNING_PHASES = ("running", "checking", "timing", "sweeping")
+_FINDING_LINE = re.compile(r"^(?P<file>[^\s:]+):(?P<line>\d+)")
 
 
 class EditLoop:
@@ -120,7 +70,10 @@ class EditLoop:
       `config=` (as `mtwork.sweep` takes it); None: run without checking.
     - `knobs`: the parameter space (`Knobs`); `diff_options` go to `mtwork.diff`.
     - `backend`: "sim" or "metal" (default: the default backend); `timeout`: seconds a
-      run may take on sim before the watchdog stops it (when the launch sets none).
+      run may take on sim before the watchdog stops it, when the launch sets none
+      (default: $MTWORK_TIMEOUT, else 30).
+    - `sanitize`: check every run with the sanitizer (on sim; not timed); its findings
+      become diagnostics at their lines and the outcome's status "unsafe".
     - `bench_rounds`, `bench_warmup`: timing after a correct run (0 rounds: no timing).
     """
 
@@ -134,7 +87,8 @@ class EditLoop:
         knobs: Knobs | None = None,
         diff_options: Mapping[str, Any] | None = None,
         backend: str | None = None,
-        timeout: float | None = DEFAULT_TIMEOUT,
+        timeout: float | None = None,
+        sanitize: bool = False,
         bench_rounds: int = 3,
         bench_warmup: int = 1,
     ):
@@ -145,7 +99,7 @@ class EditLoop:
         self.knobs = knobs or Knobs()
         self.diff_options = dict(diff_options or {})
         self.backend = resolve_backend(backend)
-        self.timeout = timeout
+        self.timeout = timeout if timeout is not None else env_timeout() or DEFAULT_TIMEOUT
         self.bench_rounds = bench_rounds
         self.bench_warmup = bench_warmup
         self.last: Outcome | None = None
@@ -153,10 +107,12 @@ class EditLoop:
         self.last_sweep: SweepResult | None = None
         self.phase = "idle"
         self._run_lock = threading.Lock()
+        self._cancelled = threading.Event()
         self._numbers = itertools.count(1)
         self._runner = Runner(inputs=self.inputs, oracle=oracle, diff_options=self.diff_options,
                               backend=self.backend, rounds=bench_rounds, warmup=bench_warmup,
-                              names=self.target.output_names, on_phase=self._set_phase)
+                              names=self.target.output_names, on_phase=self._set_phase,
+                              sanitize="report" if sanitize else None)
         self._listeners: list[Listener] = []
         self.worker = Worker()
         self._materialize_inputs()
@@ -191,12 +147,19 @@ class EditLoop:
         return self.target.has_header
 
     def set_source(self, text: str) -> None:
+        """Replaces the body's text; a kernel still running the old text is stopped."""
         self.target.set("source", text)
+        self._stop_stale()
         self._emit("texts")
 
     def set_header(self, text: str) -> None:
         self.target.set("header", text)
+        self._stop_stale()
         self._emit("texts")
+
+    def _stop_stale(self) -> None:
+        if self.phase in ("running", "checking", "timing"):
+            self.cancel()
 
     @property
     def dirty(self) -> bool:
@@ -226,6 +189,15 @@ class EditLoop:
         config = self.knobs.set(name, value)
         self._emit("knobs")
         return config
+
+    @property
+    def sanitize(self) -> bool:
+        return self._runner.sanitize is not None
+
+    def set_sanitize(self, on: bool) -> None:
+        """Turns the sanitizer on or off for the runs that follow; does not run."""
+        self._runner.sanitize = "report" if on else None
+        self._emit("options")
 
     # --- building and running -----------------------------------------------------------
 
@@ -261,6 +233,15 @@ class EditLoop:
         """`submit()` after `delay` seconds of quiet (each call restarts the delay)."""
         self.worker.later(delay, self.run)
 
+    def cancel(self) -> None:
+        """Stops what runs now (a kernel, a sweep) and drops work not yet started. On sim
+        the kernel ends at once (its worker process is ended) and the run's outcome is
+        "cancelled"; on metal a dispatched kernel runs to its end."""
+        self.worker.drop_pending()
+        if self.phase in (*_RUNNING_PHASES, "compiling"):
+            self._cancelled.set()
+            cancel_backend("sim" if self.sanitize else self.backend)
+
     def wait(self, timeout: float | None = None) -> Outcome | None:
         """Wait until background work is done; returns the last outcome."""
         if not self.worker.wait(timeout):
@@ -268,21 +249,35 @@ class EditLoop:
         return self.last
 
     def sweep(self, *, budget: int | None = None, rounds: int = 3, warmup: int = 1,
-              strategy: Literal["exhaustive", "random"] = "exhaustive") -> SweepResult:
-        """`mtwork.sweep` of the edited kernel over the knobs' space and constraints."""
+              strategy: Literal["exhaustive", "random", "latin"] | None = None,
+              seed: int = 0, skip_compile_errors: bool = True) -> SweepResult:
+        """`mtwork.sweep` of the edited kernel over the knobs' space and constraints.
+        `strategy` None: every setting when `budget` covers them, else a seeded Latin
+        hypercube of `budget` settings (every value of every knob tried). Settings of a
+        compile error class already seen are skipped (`skip_compile_errors`). `cancel()`
+        stops it; the settings that finished are kept."""
         if not self.knobs.space:
-            raise ValueError("this editor has no knobs to sweep over")
+            raise ValueError("this editor has no knobs to sweep over: give "
+                             "mtwork.editor(..., space={name: values}) to sweep")
+        if strategy is None:
+            covered = budget is None or budget >= len(self.knobs.valid)
+            strategy = "exhaustive" if covered else "latin"
         with self._run_lock:
+            self._cancelled.clear()
             self._set_phase("sweeping")
+            source, header = self.target.texts()
             try:
-                source, header = self.target.texts()
                 result = sweep(
-                    lambda config: self.launch(config, (source, header)), self.knobs.space,
-                    inputs=self.inputs, oracle=self.oracle, diff_options=self.diff_options,
-                    constraints=self.knobs.rules, strategy=strategy, budget=budget,
+                    lambda config: self._sweep_launch(config, (source, header)),
+                    self.knobs.space, inputs=self.inputs, oracle=self.oracle,
+                    diff_options=self.diff_options, constraints=self.knobs.rules,
+                    strategy=strategy, budget=budget, seed=seed,
                     key=hashlib.sha256(f"{source}\0{header}".encode()).hexdigest(),
                     backend=self.backend, rounds=rounds, warmup=warmup, progress=False,
+                    skip_compile_errors=skip_compile_errors,
                 )
+            except SweepInterrupted as stopped:
+                result = stopped.result
             finally:
                 self._set_phase("idle")
         self.last_sweep = result
@@ -291,6 +286,11 @@ class EditLoop:
 
     def submit_sweep(self, **options: Any) -> Future:
         return self.worker.submit(lambda: self.sweep(**options))
+
+    def _sweep_launch(self, config: Config, texts: tuple[str, str]) -> Any:
+        if self._cancelled.is_set():
+            raise KernelCancelled(self.target.name, "the sweep was stopped")
+        return self.launch(config, texts)
 
     # --- listeners ----------------------------------------------------------------------
 
@@ -314,6 +314,7 @@ class EditLoop:
 
     def _step(self, *, run: bool) -> Outcome:
         with self._run_lock:
+            self._cancelled.clear()
             source, header = self.target.texts()
             config = self.knobs.config
             number = next(self._numbers)
@@ -324,7 +325,11 @@ class EditLoop:
                 self._set_phase("compiling")
                 launch = self.launch(config, (source, header))
                 self._compile(launch)
+                if self._cancelled.is_set():
+                    raise KernelCancelled(self.target.name, "stopped before it ran")
                 fields = self._run_and_check(launch, config) if run else {"status": "compiled"}
+            except KernelCancelled as exc:
+                fields = {"status": "cancelled", "message": str(exc)}
             except CompileError as exc:
                 shift = launch.define_line_count if launch else 0
                 fields = {"status": "compile_error", "message": exc.message,
@@ -353,8 +358,12 @@ class EditLoop:
     def _run_and_check(self, launch: Any, config: Config) -> dict[str, Any]:
         result = self._runner.run(launch, config)
         fields: dict[str, Any] = {"diffs": tuple(result.diffs),
-                                  "measurement": result.measurement}
-        if result.ok:
+                                  "measurement": result.measurement,
+                                  "sanitizer": result.sanitizer}
+        if result.sanitizer is not None and not result.sanitizer.ok:
+            fields["status"] = "unsafe"
+            fields["diagnostics"] = tuple(self._finding_diagnostics(result.sanitizer))
+        elif result.ok:
             fields["status"] = "ok" if result.checked else "ran"
         elif result.status in ("compile_error", "fault", "wrong"):
             fields["status"] = result.status
@@ -363,3 +372,22 @@ class EditLoop:
         if result.message and not (result.status == "wrong" and result.diffs):
             fields["message"] = result.message
         return fields
+
+    def _finding_diagnostics(self, report: SanitizerReport) -> list[Diagnostic]:
+        """The sanitizer's findings at their lines in the edited texts (a full-source
+        kernel's library file is its ``source``); findings without a line are left to
+        the report."""
+        library = self.target.files.get("source")
+        found = []
+        for finding in report.findings:
+            m = _FINDING_LINE.match(finding.line)
+            if m is None:
+                continue
+            file = m["file"]
+            if file not in ("source", "header"):
+                if library is None or file != library.name:
+                    continue
+                file = "source"
+            found.append(Diagnostic(file, int(m["line"]), 1, "error",
+                                    f"sanitizer: {finding}"))  # type: ignore[arg-type]
+        return found

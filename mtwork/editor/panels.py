@@ -8,7 +8,8 @@ import html
 from collections.abc import Sequence
 
 from .diagnostics import Diagnostic
-from .loop import EditLoop, Outcome
+from .loop import EditLoop
+from .outcome import Outcome
 
 _FAIL = "#cf222e"
 _PASS = "#1a7f37"
@@ -29,10 +30,10 @@ def status_text(loop: EditLoop) -> tuple[str, str]:
 
 def errors_html(outcome: Outcome | None) -> str:
     """The compiler's text (or the fault, or the error) of a failed step; "" otherwise."""
-    if outcome is None or outcome.status in ("ok", "compiled", "wrong"):
+    if outcome is None or outcome.status in ("ok", "ran", "compiled", "wrong", "unsafe"):
         return ""
-    title = {"compile_error": "Compile error", "fault": "Kernel fault"}.get(
-        outcome.status, "Error")
+    title = {"compile_error": "Compile error", "fault": "Kernel fault",
+             "cancelled": "Stopped"}.get(outcome.status, "Error")
     return (
         f'<div class="mtw-editor-errors" style="{_BOX}">'
         f'<div style="color:{_FAIL};font-weight:bold">{title} (run #{outcome.number})</div>'
@@ -65,6 +66,8 @@ def result_html(loop: EditLoop, *, fold_passing: bool = False) -> str:
     parts += [f'<div style="color:{_MUTED}">{html.escape(n)}</div>' for n in notes]
     if shown.message and not shown.diffs:
         parts.append(f'<pre style="{_PRE}">{html.escape(shown.message)}</pre>')
+    if shown.sanitizer is not None and not shown.sanitizer.ok:
+        parts.append(f'<div class="mtw-editor-sanitizer">{shown.sanitizer._repr_html_()}</div>')
     if shown.diffs:
         opened = "" if fold_passing and shown.ok else " open"
         parts.append(f"<details{opened}><summary>diffs against the oracle</summary>"
@@ -80,7 +83,7 @@ def result_html(loop: EditLoop, *, fold_passing: bool = False) -> str:
 def _last_shown(loop: EditLoop) -> Outcome | None:
     """The newest outcome that ran: the last one if it did, else the last good one."""
     last = loop.last
-    if last is not None and last.status in ("ok", "wrong"):
+    if last is not None and last.status in ("ok", "ran", "wrong", "unsafe"):
         return last
     return loop.last_good
 

@@ -2,9 +2,10 @@
 anywidget) above the errors, the last result, the knobs and a sweep button (`Editor`).
 
 Everything the widgets do goes through `EditLoop`, and every action has a Python method
-on `Editor` (set_source, compile, run, set_knob, sweep, save, revert), so the editor works
-without a browser. Edits made in the browser are compiled and run after `debounce`
-seconds of quiet, or at once on Ctrl/Cmd-Enter, on a background thread.
+on `Editor` (set_source, compile, run, cancel, set_sanitize, set_knob, sweep, save,
+revert), so the editor works without a browser. Edits made in the browser are compiled
+and run after `debounce` seconds of quiet, or at once on Ctrl/Cmd-Enter, on a background
+thread. Stop ends a running kernel; Sanitize checks each run with the sanitizer.
 """
 
 from __future__ import annotations
@@ -23,13 +24,10 @@ import anywidget
 import ipywidgets as widgets
 import traitlets
 
-from ..families import KernelSpec, load_family
-from ..kernel import MetalKernel
-from ..library_kernel import Kernel
 from ..sweep import Config, SweepResult
 from .diagnostics import Diagnostic
-from .knobs import Knobs, Rule
-from .loop import DEFAULT_TIMEOUT, Build, EditLoop, Event, Outcome
+from .loop import EditLoop, Event
+from .outcome import Outcome
 from .panels import errors_html, result_html, snapshot_html, status_text
 
 STATIC = Path(__file__).parent / "static"
@@ -88,13 +86,26 @@ class Editor:
         self._errors = widgets.HTML()
         self._result = widgets.HTML()
         self._knobs = {name: self._knob_widget(name) for name in loop.knobs.names}
-        self._sweep_button = widgets.Button(
-            description=f"Sweep ({self._sweep_size()} settings)", icon="bar-chart",
-            disabled=not self._knobs, tooltip="mtwork.sweep over the knobs' space",
+        self._stop_button = widgets.Button(
+            description="Stop", icon="stop", button_style="danger", disabled=True,
+            tooltip="Stop the running kernel or sweep now", layout=widgets.Layout(width="auto"))
+        self._stop_button.on_click(lambda _: self.cancel())
+        self._sanitize_toggle = widgets.ToggleButton(
+            value=loop.sanitize, description="Sanitize", icon="shield",
+            tooltip="Check each run with the sanitizer (on sim): races, out-of-bounds, "
+                    "uninitialised reads, divergent barriers; findings shown at their lines",
             layout=widgets.Layout(width="auto"))
+        self._sanitize_toggle.observe(self._on_sanitize, names="value")
+        self._sweep_button = widgets.Button(
+            description=self._sweep_label(), icon="bar-chart", disabled=not self._knobs,
+            tooltip=self._sweep_tooltip(), layout=widgets.Layout(width="auto"))
         self._sweep_button.on_click(lambda _: self._sweep_in_background())
+        self._sweep_hint = widgets.HTML(
+            "" if self._knobs else '<span style="color:#57606a">to sweep, give '
+            "<code>mtwork.editor(..., space={name: values})</code></span>")
         self._sweep_out = widgets.Output()
-        controls = widgets.HBox([*self._knobs.values(), self._sweep_button],
+        controls = widgets.HBox([*self._knobs.values(), self._stop_button,
+                                 self._sanitize_toggle, self._sweep_button, self._sweep_hint],
                                 layout=widgets.Layout(flex_flow="row wrap"))
         self.widget = widgets.VBox([self.code, controls, self._errors, self._result,
                                     self._sweep_out])
@@ -138,6 +149,14 @@ class Editor:
 
     def compile(self) -> Outcome:
         return self.loop.compile()
+
+    def cancel(self) -> None:
+        """Stop the running kernel (or sweep) now, as the Stop button does."""
+        self.loop.cancel()
+
+    def set_sanitize(self, on: bool) -> None:
+        """Turn the sanitizer on or off for the runs that follow (the Sanitize toggle)."""
+        self.loop.set_sanitize(on)
 
     def run(self) -> Outcome:
         """Compile, run, diff against the oracle and time, now; returns the outcome."""
@@ -198,9 +217,27 @@ class Editor:
         current = self.loop.config[name]
         return next(i for i, v in enumerate(values) if v is current or v == current)
 
-    def _sweep_size(self) -> int:
+    def _sweep_size(self) -> tuple[int, int]:
+        """(settings the button sweeps, valid settings)."""
         size = len(self.loop.knobs.valid) if self.loop.knobs.names else 0
-        return min(size, self.sweep_budget) if self.sweep_budget else size
+        return (min(size, self.sweep_budget) if self.sweep_budget else size), size
+
+    def _sweep_label(self) -> str:
+        if not self.loop.knobs.names:
+            return "Sweep (no knobs)"
+        chosen, size = self._sweep_size()
+        return f"Sweep ({chosen} settings)" if chosen == size else \
+            f"Sweep ({chosen} of {size} settings)"
+
+    def _sweep_tooltip(self) -> str:
+        if not self.loop.knobs.names:
+            return "no knobs to sweep: give mtwork.editor(..., space={name: values})"
+        chosen, size = self._sweep_size()
+        how = ("every valid setting" if chosen == size else
+               f"a seeded Latin hypercube of {chosen} of the {size} valid settings (every "
+               "value of every knob tried)")
+        return (f"mtwork.sweep over {how}; settings of a compile error already seen twice "
+                "are skipped")
 
     def _sweep_options(self) -> dict[str, Any]:
         return {"budget": self.sweep_budget, "rounds": self.sweep_rounds}
@@ -233,6 +270,12 @@ class Editor:
         elif kind == "save":
             self.loop.save()
 
+    def _on_sanitize(self, change: Mapping[str, Any]) -> None:
+        if self._quiet():
+            return
+        self.loop.set_sanitize(bool(change["new"]))
+        self.loop.submit()
+
     def _on_knob(self, name: str, value: Any) -> None:
         if self._quiet():
             return
@@ -248,6 +291,9 @@ class Editor:
             with self._quietly():
                 for name, knob in self._knobs.items():
                     knob.value = self._knob_index(name, self.loop.knobs.allowed(name))
+        elif event == "options":
+            with self._quietly():
+                self._sanitize_toggle.value = self.loop.sanitize
         elif event == "outcome":
             last = self.loop.last
             self.code.diagnostics = [d.to_dict() for d in last.diagnostics] if last else []
@@ -261,6 +307,7 @@ class Editor:
         kind, text = status_text(self.loop)
         self.code.status, self.code.status_text = kind, text
         self.code.dirty = self.loop.dirty
+        self._stop_button.disabled = self.loop.phase == "idle"
         self._errors.value = errors_html(self.loop.last)
         self._result.value = result_html(self.loop, fold_passing=True)
 
@@ -303,66 +350,3 @@ def sweep_figure(result: SweepResult) -> Any:
     if len(varied) >= 2:
         return plots.heatmap(result, varied[0], varied[1])
     return plots.lines(result, varied[0])
-
-
-def editor(
-    kernel: KernelSpec | MetalKernel | Kernel | str,
-    build: Build,
-    *,
-    inputs: Sequence[Any] = (),
-    oracle: Any = None,
-    space: Mapping[str, Sequence[Any]] | None = None,
-    constraints: Sequence[Rule] = (),
-    config: Mapping[str, Any] | None = None,
-    diff_options: Mapping[str, Any] | None = None,
-    backend: str | None = None,
-    timeout: float | None = DEFAULT_TIMEOUT,
-    bench_rounds: int = 3,
-    debounce: float = 0.8,
-    sweep_budget: int | None = 16,
-    sweep_rounds: int = 3,
-    height: str = "320px",
-    run: bool = True,
-) -> Editor:
-    """A live editor of a kernel's MSL: type, and it compiles, runs and diffs.
-
-    - `kernel`: what to edit: a `KernelSpec` or "family/name" (e.g. "gguf/q8_0"), whose
-      body and header files `save()` (or Ctrl/Cmd-S) writes back; an `mtwork.metal_kernel`
-      made in a cell, whose texts stay in the editor until `save(source=path,
-      header=path)`; or a kernel of `mtwork.load_metal`, whose library file is edited.
-    - `build(config)` returns the launch for a knob setting: an `mtwork.Launch` (or, for
-      a `load_metal` kernel, `kernel.launch(buffers=..., grid=..., ...)`); the editor runs
-      it with its kernel replaced by the edited one. E.g. for gguf:
-      `build=lambda c: gguf.launch("q8_0", packed, **c)`.
-    - `inputs`, `oracle`, `diff_options`: as `mtwork.sweep` takes them.
-    - `space` (name -> allowed values) and `constraints` (as `mtwork.sweep` takes them)
-      become the knobs; `config` picks the starting setting.
-    - `bench_rounds`: timing rounds after a correct run (0: none); `timeout`: seconds a
-      run may take on sim; `debounce`: seconds of quiet before an edit runs.
-    - `sweep_budget`, `sweep_rounds`: what the Sweep button does (at most that many
-      settings, in the space's order; None: all).
-    - `run`: start a first run in the background (`wait()` for it). In a notebook run
-      headlessly, call `run()` or `wait()` before the cell ends, so that the exported
-      HTML holds the result.
-    """
-    loop = EditLoop(_kernel(kernel), build, inputs=inputs, oracle=oracle,
-                    knobs=Knobs(space, constraints, config), diff_options=diff_options,
-                    backend=backend, timeout=timeout, bench_rounds=bench_rounds)
-    made = Editor(loop, debounce=debounce, sweep_budget=sweep_budget,
-                  sweep_rounds=sweep_rounds, height=height)
-    if run:
-        loop.submit()
-    return made
-
-
-def _kernel(kernel: KernelSpec | MetalKernel | Kernel | str
-            ) -> KernelSpec | MetalKernel | Kernel:
-    if not isinstance(kernel, str):
-        return kernel
-    family, _, name = kernel.partition("/")
-    kernels = load_family(family).KERNELS
-    if name not in kernels:
-        raise ValueError(f"family {family!r} has no kernel {name!r}; it has "
-                         f"{', '.join(kernels)} (write 'family/name')")
-    return kernels[name]
-

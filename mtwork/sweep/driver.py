@@ -49,6 +49,7 @@ from ..run import Runner
 from ..timing import Measurement, clock_for
 from .cache import CacheFile, identity, inputs_signature, record_key
 from .results import TIME_OBJECTIVES, SweepResult
+from .skipping import CompileErrorClasses
 from .space import STRATEGIES, Config, Constraint, check_space, choose, constraint, unknown_message
 from .visit import Job, named, visit
 
@@ -79,6 +80,7 @@ def sweep(
     warmup: int = 1,
     progress: bool = True,
     executor: Executor | None = None,
+    skip_compile_errors: bool = False,
 ) -> SweepResult:
     """Build, check and time every configuration of `space` that passes `constraints`.
 
@@ -105,6 +107,9 @@ def sweep(
       (a `ProcessPoolExecutor`, `dask.distributed.Client.get_executor()`, ...); `build`,
       the oracle, the metrics and the inputs must then pickle. Measured times of
       configurations run side by side share the machine: compare them with care.
+    - `skip_compile_errors`: once two settings fail to compile with the same error and
+      share some values, later settings with those values are recorded as ``skipped``
+      (named with the values and the error) instead of compiled (see `sweep.skipping`).
     """
     params = check_space(space)
     rules = [constraint(c) for c in constraints]
@@ -131,7 +136,8 @@ def sweep(
     from tqdm.auto import tqdm
 
     with tqdm(total=len(plan), desc="sweep", unit="config", disable=not progress) as bar:
-        visit(plan, key_of, Job(build, runner, metrics),
+        skips = CompileErrorClasses() if skip_compile_errors else None
+        visit(plan, key_of, Job(build, runner, metrics, skips),
               None if cache is None else CacheFile(cache), result, bar, time_budget, executor)
     if result.stopped == "complete" and len(plan) < len(candidates):
         result.stopped = "budget"

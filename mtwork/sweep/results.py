@@ -20,7 +20,8 @@ TIME_OBJECTIVES = {"time": "median", "median": "median", "min": "min", "p95": "p
                    "mean": "mean"}
 CACHE_FORMAT = 1
 _STATUS_COLOURS = {"ok": "#1a7f37", "wrong": "#cf222e", "fault": "#cf222e",
-                   "compile_error": "#9a6700", "oracle_error": "#8250df", "error": "#cf222e"}
+                   "compile_error": "#9a6700", "oracle_error": "#8250df", "error": "#cf222e",
+                   "skipped": "#6e7781"}
 
 
 class SweepInterrupted(KeyboardInterrupt):
@@ -151,7 +152,7 @@ class SweepResult:
 
     def counts(self) -> dict[str, int]:
         counts = Counter(r.status for r in self.records)
-        return {s: counts[s] for s in ("ok", *FAILED) if counts[s]}
+        return {s: counts[s] for s in ("ok", *FAILED, "skipped") if counts[s]}
 
     def ranked(self, objective: str | None = None, *, maximize: bool | None = None
                ) -> list[Record]:

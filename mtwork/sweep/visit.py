@@ -17,11 +17,12 @@ from concurrent.futures import Executor, Future, as_completed
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import SweepError, UnknownParameterError
+from ..errors import KernelCancelled, SweepError, UnknownParameterError
 from ..run import Runner, outcome_of
 from ..timing import Measurement
 from .cache import CacheFile
 from .results import Record, SweepInterrupted, SweepResult
+from .skipping import CompileErrorClasses
 from .space import Config
 
 __all__ = ["Job", "named", "visit"]
@@ -34,13 +35,24 @@ def named(exc: UnknownParameterError, who: str) -> UnknownParameterError:
 
 @dataclass(frozen=True)
 class Job:
-    """One configuration to build, run, check and time."""
+    """One configuration to build, run, check and time; with `skips`, settings of a
+    compile error class already seen (see `skipping`) are recorded as skipped."""
 
     build: Callable[[Config], Any]
     runner: Runner
     metrics: Mapping[str, Callable[[Config, Measurement], float]]
+    skips: CompileErrorClasses | None = None
 
     def __call__(self, config: Config, key: str) -> Record:
+        reason = self.skips.reason(config) if self.skips is not None else None
+        if reason is not None:
+            return Record(config=config, status="skipped", message=reason, key=key)
+        record = self._run(config, key)
+        if self.skips is not None and record.status == "compile_error" and record.message:
+            self.skips.add(config, record.message)
+        return record
+
+    def _run(self, config: Config, key: str) -> Record:
         try:
             built = self.build(config)
         except UnknownParameterError as exc:
@@ -87,7 +99,8 @@ def visit(plan: Sequence[Config], key_of: Callable[[Config], str], job: Job,
           cache_file: CacheFile | None, result: SweepResult, bar: Any,
           time_budget: float | None, executor: Executor | None = None) -> None:
     """Runs the planned configurations (or takes them from the cache) into `result`, in
-    the plan's order; a Ctrl-C keeps what finished and raises `SweepInterrupted`."""
+    the plan's order; a Ctrl-C (or a kernel cancelled from outside) keeps what finished
+    and raises `SweepInterrupted`."""
     keys = [key_of(c) for c in plan]
     done: dict[int, Record] = {}
     for i, (config, key) in enumerate(zip(plan, keys)):
@@ -102,7 +115,7 @@ def visit(plan: Sequence[Config], key_of: Callable[[Config], str], job: Job,
         else:
             _on_executor(plan, keys, todo, job, cache_file, result, bar, time_budget,
                          executor)
-    except KeyboardInterrupt as exc:
+    except (KeyboardInterrupt, KernelCancelled) as exc:
         raise _interrupted(result, len(plan), cache_file) from exc
     finally:
         order = {key: n for n, key in enumerate(keys)}
@@ -130,7 +143,7 @@ def _one_by_one(plan: Sequence[Config], keys: Sequence[str], todo: Sequence[int]
             return
         bar.set_description(f"sweep {plan[i]}")
         record = job(plan[i], keys[i])
-        if cache_file is not None:
+        if cache_file is not None and record.status != "skipped":
             cache_file.append(record)
         _arrived(result, record, bar)
 
@@ -143,7 +156,7 @@ def _on_executor(plan: Sequence[Config], keys: Sequence[str], todo: Sequence[int
     try:
         for future in as_completed(futures):
             record = future.result()  # a mistake in the sweep itself raises here
-            if cache_file is not None:
+            if cache_file is not None and record.status != "skipped":
                 cache_file.append(record)
             _arrived(result, record, bar)
             if _over(started, time_budget) and len(result.records) < len(plan):

@@ -57,6 +57,9 @@ class MetalBackend:
     def compile(self, program: Program, *, sanitize: bool = False) -> None:
         """MLX compiles a kernel at its first dispatch: nothing to do ahead of it."""
 
+    def cancel(self) -> None:
+        """A command buffer MLX has committed runs to its end: nothing can stop it."""
+
     def dispatch(self, program: Program, call: Dispatch) -> Completion:
         if isinstance(program.form, BodyForm):
             return self._body(program, program.form, call)

@@ -121,9 +121,11 @@ class SimBackend:
         return self._isolated.pid if self._isolated is not None else None
 
     def cancel(self) -> None:
-        """Stops the kernel running in the worker process, at once (from any thread)."""
+        """Stops the kernel that is running, at once (from any thread): the worker process
+        ends, or the dispatch in this process is stopped; either raises `KernelCancelled`."""
         if self._isolated is not None:
             self._isolated.cancel()
+        runtime.cancel()
 
     def dispatch_here(self, program: Program, call: Dispatch,
                       place: Callable[[int, Fresh], np.ndarray] | None = None) -> Completion:

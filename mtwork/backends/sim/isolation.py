@@ -17,6 +17,7 @@ cached call of a tiny kernel should cost well under half a millisecond.
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import math
 import os
 import select
@@ -138,6 +139,11 @@ class Isolated:
     # --- one dispatch --------------------------------------------------------------------
 
     def dispatch(self, program: Program, call: Dispatch) -> Completion:
+        # The watchdog's limit is read here, where the caller's environment is: a worker
+        # keeps the environment it started with.
+        if call.options.timeout is None:
+            call = dataclasses.replace(call, options=dataclasses.replace(
+                call.options, timeout=runtime.default_timeout()))
         with self._lock:
             self._cancelled = False
             if self._proc is None or self._proc.poll() is not None:
@@ -201,8 +207,7 @@ class Isolated:
         return request, placements
 
     def _wait(self, program: Program, call: Dispatch) -> Any:
-        limit = runtime.default_timeout() if call.options.timeout is None \
-            else call.options.timeout
+        limit = call.options.timeout
         grace = min(max(limit, _GRACE_BOUNDS[0]), _GRACE_BOUNDS[1])
         ready, _, _ = select.select([self._sock], [], [], limit + grace)
         if not ready:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import ctypes
 import math
-import os
 import threading
 import time
 from collections.abc import Callable
@@ -12,9 +11,10 @@ from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 
-from ...dispatch import check_timeout
+from ...dispatch import check_timeout, env_timeout
 from ...errors import (
     EmulatorUnavailable,
+    KernelCancelled,
     KernelDeadlock,
     KernelFault,
     KernelTimeout,
@@ -204,6 +204,10 @@ _libraries: dict[Path, KernelLibrary] = {}
 _libraries_lock = threading.Lock()
 # One dispatch at a time: the runtime's worker pool is shared.
 _dispatch_lock = threading.Lock()
+# A cancel from another thread: set while a dispatch runs, told apart from the watchdog.
+_cancel_lock = threading.Lock()
+_running = threading.Event()
+_cancelled = threading.Event()
 
 
 def load(path: Path) -> KernelLibrary:
@@ -256,17 +260,7 @@ def code_offset(library: KernelLibrary, pc: int) -> int | None:
 
 def default_timeout() -> float:
     """The watchdog limit: $MTWORK_TIMEOUT seconds, else 120."""
-    value = os.environ.get("MTWORK_TIMEOUT")
-    if not value:
-        return DEFAULT_TIMEOUT_S
-    try:
-        seconds = float(value)
-    except ValueError:
-        seconds = math.nan
-    if not (math.isfinite(seconds) and seconds > 0):
-        raise ValueError(f"MTWORK_TIMEOUT must be a positive, finite number of seconds, "
-                         f"got {value!r}")
-    return seconds
+    return env_timeout() or DEFAULT_TIMEOUT_S
 
 
 def _checked_geometry(grid: tuple[int, int, int],
@@ -372,7 +366,14 @@ def dispatch(
     with _dispatch_lock:
         if rt.mtw_dispatch_start(ctypes.byref(launch)) != 0:
             raise EmulatorUnavailable("the emulator runtime could not start its worker threads")
-        status, timed_out = _wait(rt, limit)
+        with _cancel_lock:
+            _cancelled.clear()
+            _running.set()
+        try:
+            status, timed_out = _wait(rt, limit)
+        finally:
+            with _cancel_lock:
+                _running.clear()
         message = rt.mtw_dispatch_message().decode(errors="replace")
         used = rt.mtw_dispatch_tg_memory()
         stopped = timed_out or status == _CANCELLED
@@ -388,9 +389,22 @@ def dispatch(
         return used
     if status == _NEEDS_FIBERS:
         raise NeedsFibers(message)
+    if stopped and not timed_out and _cancelled.is_set():
+        raise KernelCancelled(kernel_name, "stopped before it ended")
     if stopped:
         raise KernelTimeout(kernel_name, _timeout_detail(limit, library, live))
     raise _failure(status, kernel_name, message)
+
+
+def cancel() -> None:
+    """Stops the dispatch running in this process, if any (from any thread): it raises
+    `KernelCancelled`."""
+    if _runtime.cache_info().currsize == 0:
+        return  # the runtime was never loaded: nothing runs
+    with _cancel_lock:
+        if _running.is_set():
+            _cancelled.set()
+            _runtime().mtw_dispatch_cancel()
 
 
 def _wait(rt: ctypes.CDLL, limit: float) -> tuple[int, bool]:
