@@ -20,22 +20,25 @@ def _only(report, kind):
 def test_a_helper_in_the_header_names_its_line_and_the_call_site():
     report = sanitize("uint i = thread_position_in_grid.x;\nout[i] = fetch(inp, i);",
                       header=READ_PAST)
-    assert _only(report, "out-of-bounds access").line == "header:2 (called from source:2)"
+    finding = _only(report, "out-of-bounds access")
+    assert (finding.line, finding.called_from) == ("header:2", "source:2")
+    assert "at header:2 (called from source:2)" in str(finding)
 
 
 def test_a_helper_that_is_not_inlined_names_the_call_site():
     header = "__attribute__((noinline))\n" + READ_PAST
     report = sanitize("uint i = thread_position_in_grid.x;\nout[i] = fetch(inp, i);",
                       header=header)
-    assert _only(report, "out-of-bounds access").line == "header:3 (called from source:2)"
+    finding = _only(report, "out-of-bounds access")
+    assert (finding.line, finding.called_from) == ("header:3", "source:2")
 
 
 def test_an_array_subscript_in_a_helper_names_the_array_and_the_call_site():
     report = sanitize("uint i = thread_position_in_grid.x;\nfloat a[8] = {};\n"
                       "a[i % 8] = inp[i];\nout[i] = pick(a, i % 9);", header=PICK)
     finding = _only(report, "array index out of bounds")
-    assert (finding.where, finding.element, finding.line) == ("a", 8,
-                                                              "header:2 (called from source:4)")
+    assert (finding.where, finding.element, finding.line, finding.called_from) == (
+        "a", 8, "header:2", "source:4")
 
 
 def test_a_shim_function_is_told_by_the_authors_call():
@@ -43,7 +46,8 @@ def test_a_shim_function_is_told_by_the_authors_call():
     # place is the author's call, not the shim's code.
     report = sanitize("simdgroup_float8x8 m;\nsimdgroup_load(m, inp + 40, 8);\n"
                       "simdgroup_store(m, out, 8);\nout[thread_position_in_grid.x] = 1;")
-    assert _only(report, "out-of-bounds access").line == "source:2"
+    finding = _only(report, "out-of-bounds access")
+    assert (finding.line, finding.called_from) == ("source:2", "")
 
 
 def test_a_helper_of_mlx_names_its_header_in_mlx_and_the_call_site():
@@ -55,11 +59,11 @@ def test_a_helper_of_mlx_names_its_header_in_mlx_and_the_call_site():
             "out[thread_position_in_grid.x] = float(row + group + rows + found);")
     report = sanitize(body, inputs=[mx.zeros((N,), dtype=mx.int32)],
                       call=dict(grid=(32, 1, 1), output_shapes=[(32,)]))
-    lines = [f.line for f in report.of_kind("out-of-bounds access")]
-    assert lines, str(report)
-    for line in lines:  # the group's start and end offsets: two lines of utils.h
-        assert line.startswith("mlx/backend/metal/kernels/utils.h:"), line
-        assert line.endswith(" (called from source:3)"), line
+    found = report.of_kind("out-of-bounds access")
+    assert found, str(report)
+    for finding in found:  # the group's start and end offsets: two lines of utils.h
+        assert finding.line.startswith("mlx/backend/metal/kernels/utils.h:"), str(finding)
+        assert finding.called_from == "source:3", str(finding)
 
 
 def test_a_full_source_kernel_names_its_files(tmp_path):
@@ -75,7 +79,8 @@ def test_a_full_source_kernel_names_its_files(tmp_path):
         kernel(buffers={"inp": mx.arange(N, dtype=mx.float32), "out": mtwork.new_buffer((N,))},
                grid=(N,), threads_per_threadgroup=(32,), sanitize=True)
     finding = _only(caught.value.report, "out-of-bounds access")
-    assert finding.line == f"{tmp_path / 'helper.h'}:3 (called from {tmp_path / 'k.metal'}:7)"
+    assert (finding.line, finding.called_from) == (f"{tmp_path / 'helper.h'}:3",
+                                                   f"{tmp_path / 'k.metal'}:7")
 
 
 @pytest.mark.parametrize(("body", "line"), [

@@ -88,9 +88,10 @@ class _Reader:
         kind = self.kinds.get(f.kind)
         name = kind.name if kind else ""
         stack = self.places.stack([f.pc, *f.callers])
+        line, called_from = self.places.line(stack)
         fields = dict(kind=kind.text if kind else f"finding {f.kind}", kernel=self.name,
-                      thread=tuple(f.thread), threadgroup=tuple(f.group),
-                      line=self.places.line(stack), count=int(f.count))
+                      thread=tuple(f.thread), threadgroup=tuple(f.group), line=line,
+                      called_from=called_from, count=int(f.count))
         if name == "ARRAY_INDEX":
             fields |= self._array_index(f, stack)
         elif name == "INACTIVE_LANE":

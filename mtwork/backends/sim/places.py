@@ -6,7 +6,7 @@ and lines: the body form's ``source`` and ``header``, a full-source kernel's fil
 files it includes, MLX's headers by their path in MLX's tree. The shim stands in for
 Metal's standard library, so its frames are never the place: the author's call of it is.
 A finding inside a helper (the author's header, MLX's headers) names the helper's line
-and the call site in the author's code: ``header:3 (called from source:7)``.
+and the call site in the author's code: ``header:3``, called from ``source:7``.
 """
 
 from __future__ import annotations
@@ -103,17 +103,16 @@ class Places:
         return [p for p in found if p is not None]
 
     @staticmethod
-    def line(stack: list[Place]) -> str:
-        """The innermost place outside the shim, with the outermost place in the author's
-        code when that is another (the call site of a helper); "" without frames."""
+    def line(stack: list[Place]) -> tuple[str, str]:
+        """The innermost place outside the shim, and the outermost place in the author's
+        code when that is another (the call site of a helper, else ""); ("", "") without
+        frames."""
         shown = [p for p in stack if not p.shim] or stack
         if not shown:
-            return ""
+            return "", ""
         author = [p for p in shown if p.author]
-        text = shown[0].text
-        if author and author[-1].text != text:
-            text += f" (called from {author[-1].text})"
-        return text
+        caller = author[-1].text if author and author[-1].text != shown[0].text else ""
+        return shown[0].text, caller
 
     def subscripted(self, stack: list[Place]) -> str:
         """The name of what is subscripted at the innermost place (an array-bounds

@@ -234,7 +234,7 @@ void scan(const void* const* ins, void* const* outs, uint32_t mask) {
 enum class Move { index, up, down, xor_, rotate_up, rotate_down, fill_up, fill_down };
 
 #ifdef MTW_SANITIZE
-// The sanitizer's report of a source lane that is inactive (runtime/sanitizer_hooks.cpp).
+// The sanitizer's report of a source lane that is inactive (runtime/sanitizer_findings.cpp).
 extern "C" void mtw_sanitizer_inactive_lane(const void* const* ins, uint32_t lane,
                                             uint32_t source);
 #endif

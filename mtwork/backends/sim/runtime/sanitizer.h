@@ -1,16 +1,18 @@
 // Sanitizer mode: checks every load, store, copy and fill of an instrumented kernel.
 //
 // Kernels compiled for sanitizing call __sanitizer_cov_load/storeN (clang's
-// -fsanitize-coverage=trace-loads,trace-stores) before each load and store, and
+// -fsanitize-coverage=trace-loads,trace-stores) before each load and store,
 // mtw_sanitizer_memcpy/memmove/memset in place of the memory intrinsics (struct and vector
-// copies, zero-fill loops), which the tracing does not see. Accesses to a thread's own
+// copies, zero-fill loops), and mtw_sanitizer_storeN before each atomic read-modify-write,
+// which the tracing does not see (compiler.SANITIZE_FLAGS). Accesses to a thread's own
 // stack and to the runtime's state pass; accesses to device buffers are checked against
 // the buffers' bounds (and inputs against writes); accesses to threadgroup memory go
 // through a shadow per byte that finds races between two barriers, and reads of bytes
-// never written. Array subscripts whose bound clang knows (thread-private and threadgroup
-// arrays) are checked by clang's -fsanitize=array-bounds, which calls
+// never written (sanitizer.cpp). Array subscripts whose bound clang knows (thread-private
+// and threadgroup arrays) are checked by clang's -fsanitize=array-bounds, which calls
 // __ubsan_handle_out_of_bounds; SIMD-group functions that read an inactive lane call
-// mtw_sanitizer_inactive_lane (include/mtw_simd.h).
+// mtw_sanitizer_inactive_lane (include/mtw_simd.h). Findings are recorded, with the
+// calls that led to them, in sanitizer_findings.cpp.
 #pragma once
 
 #include <pthread.h>
