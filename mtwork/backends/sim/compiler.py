@@ -174,8 +174,29 @@ def prelude_dir() -> Path:
 # Sanitizer builds call the runtime before every load and store, and keep line tables so
 # findings can name the source line.
 # Vectorizing is off: the tracing has callbacks for accesses of up to 16 bytes only.
+# Copies and fills (struct and vector copies, zero-fill loops) stay llvm.memcpy/memmove/
+# memset to the end of optimization, which the tracing does not see, and code generation
+# expands them inline whatever -fno-builtin, -ffreestanding or -mllvm -max-store-memcpy
+# say; the tracing skips atomic read-modify-writes too. AddressSanitizer's pass, run on
+# its own (-Xclang: the driver refuses it beside SafeStack, and would link its runtime)
+# with its checks of loads, stores, stacks and globals off, replaces each memory
+# intrinsic with a call the runtime checks (mtw_sanitizer_memcpy, _memmove, _memset) and
+# calls mtw_sanitizer_storeN before each atomic read-modify-write. It also keeps the
+# optimizer from widening loads past what the source reads.
+# Array subscripts with a bound clang knows (thread-private and threadgroup arrays) are
+# checked by -fsanitize=array-bounds, which calls the runtime's __ubsan_handle_out_of_bounds;
+# -fstrict-flex-arrays=3 checks a struct's last array member too.
+_ASAN_OPTIONS = ("-asan-instrument-reads=0", "-asan-instrument-writes=0",
+                 "-asan-instrument-byval=0", "-asan-stack=0", "-asan-globals=0",
+                 "-asan-constructor-kind=none", "-asan-use-after-return=never",
+                 "-asan-instrumentation-with-call-threshold=0",
+                 "-asan-memory-access-callback-prefix=mtw_sanitizer_")
+_COPIES_FILLS_ATOMICS = ("-Xclang", "-fsanitize=address",
+                         *(arg for option in _ASAN_OPTIONS for arg in ("-mllvm", option)))
+_ARRAY_BOUNDS = ("-fsanitize=array-bounds", "-fsanitize-recover=array-bounds",
+                 "-fstrict-flex-arrays=3")
 SANITIZE_FLAGS = ("-fsanitize-coverage=edge,trace-loads,trace-stores", "-g", "-DMTW_SANITIZE",
-                  "-fno-vectorize", "-fno-slp-vectorize")
+                  "-fno-vectorize", "-fno-slp-vectorize", *_COPIES_FILLS_ATOMICS, *_ARRAY_BOUNDS)
 
 
 def compile_kernel(tu: Translation, math_mode: str, kernel_label: str,

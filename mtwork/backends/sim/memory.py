@@ -65,8 +65,11 @@ class Memory:
                 kind, source = p.derived
                 self.arrays[p.index] = _derived(kind, self.arrays[source])  # type: ignore
         sizes = dict(sorted(self.dispatch.threadgroup_memory.items()))
+        # A slot for every buffer parameter, bound or not: the launcher reads each one.
+        buffer_slots = [p.index + 1 for p in self.program.params
+                        if p.kind == "buffer" and p.index is not None]
         slots = max([THREADGROUP_SLOT_BASE + i + 1 for i in sizes]
-                    + [i + 1 for i in self.arrays] + [1])
+                    + [i + 1 for i in self.arrays] + buffer_slots + [1])
         self.table = (ctypes.c_void_p * slots)()
         for index, arr in self.arrays.items():
             self.table[index] = arr.ctypes.data if arr.size else None

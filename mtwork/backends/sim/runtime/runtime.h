@@ -22,8 +22,8 @@ typedef struct mtw_buffer_info {
 } mtw_buffer_info;
 
 // Every kind of finding, once: its code, its name in C and Python, and its text in a
-// report. Kinds from 7 on are found outside the runtime (after the dispatch, or from how
-// it failed); they are here so that there is one table.
+// report. Kinds 7 to 9 are found outside the runtime (after the dispatch, or from how it
+// failed); they are here so that there is one table.
 #define MTW_FINDING_KINDS(X)                                                   \
   X(OUT_OF_BOUNDS, 1, "out-of-bounds access")        /* outside every buffer */ \
   X(INPUT_WRITE, 2, "write to an input buffer")                                 \
@@ -33,7 +33,9 @@ typedef struct mtw_buffer_info {
   X(BARRIER_DIVERGENCE, 6, "barrier divergence")                                \
   X(UNWRITTEN_OUTPUT, 7, "output never written")                                \
   X(TG_MEMORY, 8, "threadgroup memory over budget")                             \
-  X(KERNEL_FAULT, 9, "kernel fault")
+  X(KERNEL_FAULT, 9, "kernel fault")                                            \
+  X(ARRAY_INDEX, 10, "array index out of bounds")  /* a subscript past its array */ \
+  X(INACTIVE_LANE, 11, "read of an inactive SIMD lane")  /* undefined result */
 
 enum mtw_finding_kind {
 #define MTW_FINDING_ENUM(name, code, text) MTW_FINDING_##name = code,
@@ -45,18 +47,25 @@ enum mtw_finding_kind {
 const char* mtw_finding_kind_name(uint32_t code);
 const char* mtw_finding_kind_text(uint32_t code);
 
+#define MTW_FINDING_CALLERS 6
+
 typedef struct mtw_finding {
   uint32_t kind;
   uint32_t write;            // the access (for races: the later one) was a write
   int32_t buffer;            // index into the buffer infos, or -1
-  int32_t tg_array;          // index of the threadgroup array (see mtw_sanitizer_tg_arrays)
-  int64_t element;           // element index within the buffer or array
+  int32_t tg_array;          // index of the array (see mtw_sanitizer_tg_arrays), or -1
+  int64_t element;           // element index within the buffer or array (for
+                             // INACTIVE_LANE: the lane read)
   uint32_t thread[3];        // thread_position_in_threadgroup of the thread
-  uint32_t other[3];         // the other thread of a race
+  uint32_t other[3];         // the other thread of a race (or the lane read; all
+                             // 0xFFFFFFFF: no such thread)
   uint32_t group[3];         // threadgroup_position_in_grid
   uint32_t other_write;      // the other access of a race was a write
   uint64_t pc;               // code offset in the kernel library (for the source line)
   uint64_t count;            // how many accesses this finding stands for
+  // Code offsets of the calls that led to pc, innermost first (0: no more), for findings
+  // in functions that were not inlined (a helper's caller is the author's line).
+  uint64_t callers[MTW_FINDING_CALLERS];
 } mtw_finding;
 
 // A thread that had not finished when a dispatch was stopped from outside.
