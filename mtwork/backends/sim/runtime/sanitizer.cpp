@@ -277,26 +277,14 @@ void sanitizer_simd_release(Worker* w, uint32_t simdgroup, uint32_t mask, const 
 
 }  // namespace mtw
 
-using mtw::on_access;
+namespace mtw {
 
-// Callbacks of clang's -fsanitize-coverage=trace-loads,trace-stores.
-#define MTW_TRACE(bits, bytes)                                                       \
-  extern "C" void __sanitizer_cov_load##bytes(uint##bits##_t* p) {                   \
-    on_access(p, bytes, false, __builtin_return_address(0));                            \
-  }                                                                                  \
-  extern "C" void __sanitizer_cov_store##bytes(uint##bits##_t* p) {                  \
-    on_access(p, bytes, true, __builtin_return_address(0));                             \
-  }
-MTW_TRACE(8, 1)
-MTW_TRACE(16, 2)
-MTW_TRACE(32, 4)
-MTW_TRACE(64, 8)
-extern "C" void __sanitizer_cov_load16(void* p) {
-  on_access(p, 16, false, __builtin_return_address(0));
+// The sanitizer's side of the memory-access callbacks (access.cpp).
+void sanitizer_access(const void* p, uint32_t size, bool write, const void* pc) {
+  on_access(p, size, write, pc);
 }
-extern "C" void __sanitizer_cov_store16(void* p) {
-  on_access(p, 16, true, __builtin_return_address(0));
-}
+
+}  // namespace mtw
 
 extern "C" void mtw_sanitizer_atomic(int inside) {
   mtw::Worker* w = mtw::worker_here();
