@@ -112,7 +112,8 @@ _CALLS = {
     **{n: "exp_log" for n in ("exp", "exp2", "exp10", "log", "log2", "log10")},
     **{n: "trig" for n in ("sin", "cos", "tan", "asin", "acos", "atan", "atan2")},
     "sqrt": "sqrt_rsqrt", **{n: "convert" for n in ("floor", "ceil", "trunc", "rint", "round",
-                                                    "roundeven", "nearbyint", "lround", "lrint")},
+                                                    "roundeven", "nearbyint", "lround", "lrint",
+                                                    "fptosi.sat", "fptoui.sat")},
     **{n: "arith" for n in ("fma", "fmuladd", "fabs", "copysign", "minnum", "maxnum",
                             "minimum", "maximum", "minimumnum", "maximumnum", "fmax", "fmin")},
     **{n: "integer" for n in ("smax", "smin", "umax", "umin", "abs", "sadd.sat", "uadd.sat",
@@ -120,9 +121,11 @@ _CALLS = {
     **{n: "integer_mul" for n in ("ctpop", "ctlz", "cttz", "bitreverse", "bswap", "fshl",
                                   "fshr")},
 }
-_FLAGS = frozenset("nuw nsw exact disjoint nneg samesign fast nnan ninf nsz arcp contract "
-                   "afn reassoc volatile eq ne ugt uge ult ule sgt sge slt sle false oeq ogt "
-                   "oge olt ole one ord ueq une uno true".split())
+_FLAGS = frozenset([  # instruction flags and comparison predicates before the first type
+    "nuw", "nsw", "exact", "disjoint", "nneg", "samesign", "fast", "nnan", "ninf", "nsz",
+    "arcp", "contract", "afn", "reassoc", "volatile", "eq", "ne", "ugt", "uge", "ult", "ule",
+    "sgt", "sge", "slt", "sle", "false", "oeq", "ogt", "oge", "olt", "ole", "one", "ord",
+    "ueq", "une", "uno", "true"])
 _ZERO_EXTENDING_MASKS = {"255", "65535", "4294967295"}
 
 

@@ -131,45 +131,60 @@ def register_estimate(module: Module, f: Function, roles: dict[int, _HasKind]) -
     return math.ceil(_most_live(f, sizes) + arrays)
 
 
-def _most_live(f: Function, sizes: dict[str, float]) -> float:
-    """The largest total size of values live at once (backward liveness)."""
-    labels = [b.label for b in f.blocks]
-    succ = {b.label: b.successors() for b in f.blocks}
-    edge_uses: dict[tuple[str, str], set[str]] = {}  # (pred, block) -> phi operands
-    upward, defs = {}, {}
+def _block_uses(f: Function, sizes: dict[str, float]
+                ) -> tuple[dict[str, set[str]], dict[str, set[str]], dict[tuple[str, str], set]]:
+    """Per block: the values it uses before defining them, the values it defines, and
+    per (predecessor, block) edge the values its phis take."""
+    upward, defs, edges = {}, {}, {}
     for b in f.blocks:
         used, defined = set(), set()
         for ins in b.instructions:
             if ins.opcode == "phi":
                 for value, pred in _phi_uses(ins):
                     if value in sizes:
-                        edge_uses.setdefault((pred, b.label), set()).add(value)
+                        edges.setdefault((pred, b.label), set()).add(value)
             else:
                 used |= {u for u in ins.uses if u in sizes and u not in defined}
             if ins.result:
                 defined.add(ins.result)
         upward[b.label], defs[b.label] = used, defined
-    live_in = {label: set() for label in labels}
-    live_out = {label: set() for label in labels}
+    return upward, defs, edges
+
+
+def _live_out(f: Function, sizes: dict[str, float]) -> dict[str, set[str]]:
+    """The values live at the end of each block (iterated to a fixed point)."""
+    upward, defs, edges = _block_uses(f, sizes)
+    succ = {b.label: b.successors() for b in f.blocks}
+    live_in = {b.label: set() for b in f.blocks}
+    live_out = {b.label: set() for b in f.blocks}
     changed = True
     while changed:
         changed = False
-        for label in reversed(labels):
-            out = set()
-            for s in succ[label]:
-                if s in live_in:
-                    out |= live_in[s] | edge_uses.get((label, s), set())
-            new_in = upward[label] | (out - defs[label])
-            if out != live_out[label] or new_in != live_in[label]:
-                live_out[label], live_in[label] = out, new_in
+        for b in reversed(f.blocks):
+            out = set().union(*(live_in[s] | edges.get((b.label, s), set())
+                                for s in succ[b.label] if s in live_in))
+            new_in = upward[b.label] | (out - defs[b.label])
+            if out != live_out[b.label] or new_in != live_in[b.label]:
+                live_out[b.label], live_in[b.label] = out, new_in
                 changed = True
+    return live_out
+
+
+def _most_live(f: Function, sizes: dict[str, float]) -> float:
+    """The largest total size of values live at once."""
     most = 0.0
-    for b in f.blocks:
-        live = set(live_out[b.label])
-        most = max(most, sum(sizes[v] for v in live))
+    for b, out in zip(f.blocks, _live_out(f, sizes).values()):
+        live = set(out)
+        total = sum(sizes[v] for v in live)
+        most = max(most, total)
         for ins in reversed(b.instructions):
-            live.discard(ins.result)
+            if ins.result in live:
+                live.discard(ins.result)
+                total -= sizes[ins.result]
             if ins.opcode != "phi":
-                live |= {u for u in ins.uses if u in sizes}
-            most = max(most, sum(sizes[v] for v in live))
+                for u in ins.uses:
+                    if u in sizes and u not in live:
+                        live.add(u)
+                        total += sizes[u]
+            most = max(most, total)
     return most

@@ -43,9 +43,9 @@ constexpr uint8_t kThreadgroupMemory = 63;  // Event::where of threadgroup memor
 constexpr uint8_t kNowhere = 0xFF;
 constexpr uint8_t kStore = 0x80;
 constexpr uint32_t kMaxBuffers = 62;
-constexpr uint32_t kBranchSites = 1u << 21;  // Event::site of branch b: kBranchSites + b
-constexpr uint32_t kMaxAccessSites = 1u << 14;
+constexpr uint32_t kMaxSites = 1u << 14;       // accesses' code addresses and branches
 constexpr uint32_t kSiteSlots = 1u << 15;      // hash slots of access code addresses
+constexpr uint32_t kNotBranch = 0xFFFFFFFFu;
 constexpr uint32_t kTotalSlots = 1u << 15;     // hash slots of (pc, buffer, kind) totals
 constexpr uint32_t kLogCapacity = 1u << 23;    // accesses and branches of one threadgroup
 constexpr uint32_t kGathered = 256;            // accesses of one simdgroup_matrix access
@@ -55,7 +55,7 @@ constexpr uint32_t kBanks = 32, kBankBytes = 4;
 
 struct Event {
   uint64_t value;   // access: offset in its buffer or in threadgroup memory; branch: the way
-  uint32_t site;    // access: index of its code address; branch: kBranchSites + branch
+  uint32_t site;    // index of its code address (an access) or of its branch
   uint16_t thread;  // linear index in the threadgroup
   uint8_t size;     // access: bytes
   uint8_t where;    // access: buffer index or kThreadgroupMemory, | kStore for a store
@@ -80,10 +80,13 @@ struct Shard {
   uint32_t group_count;
   Event* log;            // [kLogCapacity]
   uint32_t logged;
-  uint32_t* order;       // [kLogCapacity]: the log, sorted
-  uint32_t* spare;       // [kLogCapacity]
-  uint64_t* site_pc;     // [kMaxAccessSites]
+  uint64_t* order;       // [kLogCapacity]: (site, thread) << 32 | log index, sorted
+  uint64_t* spare;       // [kLogCapacity]
+  uint64_t* sorted;      // order or spare: where the sort ended
+  uint64_t* site_pc;     // [kMaxSites]: the code address of an access site
+  uint32_t* site_branch; // [kMaxSites]: the branch of a branch site, else kNotBranch
   uint32_t* site_slot;   // [kSiteSlots]: site index + 1, 0 when free
+  uint32_t* branch_site; // [branches]: site index + 1, 0 when not seen yet
   uint32_t sites;
   bool gathering;        // inside a simdgroup_matrix load or store
   uint64_t gather_pc;
@@ -129,10 +132,12 @@ size_t layout(Shard& s, char* base) {
   s.group_most = carve<uint32_t>(at, c.blocks);
   s.group_list = carve<uint32_t>(at, c.blocks);
   s.log = carve<Event>(at, kLogCapacity);
-  s.order = carve<uint32_t>(at, kLogCapacity);
-  s.spare = carve<uint32_t>(at, kLogCapacity);
-  s.site_pc = carve<uint64_t>(at, kMaxAccessSites);
+  s.order = carve<uint64_t>(at, kLogCapacity);
+  s.spare = carve<uint64_t>(at, kLogCapacity);
+  s.site_pc = carve<uint64_t>(at, kMaxSites);
+  s.site_branch = carve<uint32_t>(at, kMaxSites);
   s.site_slot = carve<uint32_t>(at, kSiteSlots);
+  s.branch_site = carve<uint32_t>(at, c.branches);
   s.lanes = carve<uint64_t>(at, c.blocks);
   s.simd = carve<uint64_t>(at, c.blocks);
   s.groups = carve<uint64_t>(at, c.blocks);
@@ -168,19 +173,39 @@ Total* total(Shard& s, uint64_t pc, int32_t buffer, uint32_t kind) {
   return nullptr;
 }
 
+// Sites are numbered densely as they are first seen, so the log sorts in few passes.
+uint32_t new_site(Shard& s, uint64_t pc, uint32_t branch) {
+  if (s.sites == kMaxSites) {
+    full("table of access sites");
+    return kNoSite;
+  }
+  s.site_pc[s.sites] = pc;
+  s.site_branch[s.sites] = branch;
+  return s.sites++;
+}
+
 uint32_t site_of(Shard& s, uint64_t pc) {
   for (uint32_t i = 0, slot = hash(pc); i < kSiteSlots; ++i, ++slot) {
     uint32_t& entry = s.site_slot[slot % kSiteSlots];
     if (entry == 0) {
-      if (s.sites == kMaxAccessSites) break;
-      s.site_pc[s.sites] = pc;
-      entry = ++s.sites;
-      return entry - 1;
+      uint32_t site = new_site(s, pc, kNotBranch);
+      if (site != kNoSite) entry = site + 1;
+      return site;
     }
     if (s.site_pc[entry - 1] == pc) return entry - 1;
   }
   full("table of access sites");
   return kNoSite;
+}
+
+uint32_t branch_site(Shard& s, uint32_t branch) {
+  uint32_t& entry = s.branch_site[branch];
+  if (entry == 0) {
+    uint32_t site = new_site(s, 0, branch);
+    if (site == kNoSite) return kNoSite;
+    entry = site + 1;
+  }
+  return entry - 1;
 }
 
 // Where an address lies: a buffer (its offset in it), threadgroup memory, or nowhere
@@ -302,31 +327,35 @@ void count_access(Shard& s, uint64_t pc, Event* e, uint32_t n) {
   }
 }
 
-// The log, stably sorted by (site, thread): a radix sort in four passes of 8 bits.
+// The log, stably sorted by (site, thread): a radix sort of (key, index) pairs in as
+// many passes of 8 bits as the keys need.
 void sort_log(Shard& s) {
-  uint32_t n = s.logged;
-  uint32_t *from = s.order, *to = s.spare;
-  for (uint32_t i = 0; i < n; ++i) from[i] = i;
-  for (int shift = 0; shift < 32; shift += 8) {
+  const uint32_t n = s.logged;
+  uint64_t *from = s.order, *to = s.spare, top = 0;
+  for (uint32_t i = 0; i < n; ++i) {
+    uint64_t key = uint64_t(s.log[i].site) << 10 | s.log[i].thread;
+    from[i] = key << 32 | i;
+    top |= key;
+  }
+  for (int shift = 32; shift < 64 && (top >> (shift - 32)); shift += 8) {
     uint32_t count[kRadix + 1] = {};
-    auto digit = [&](uint32_t i) {
-      const Event& e = s.log[i];
-      return ((e.site << 10 | e.thread) >> shift) & (kRadix - 1);
-    };
-    for (uint32_t i = 0; i < n; ++i) count[digit(from[i]) + 1] += 1;
+    for (uint32_t i = 0; i < n; ++i) count[((from[i] >> shift) & (kRadix - 1)) + 1] += 1;
     for (uint32_t d = 0; d < kRadix; ++d) count[d + 1] += count[d];
-    for (uint32_t i = 0; i < n; ++i) to[count[digit(from[i])]++] = from[i];
-    uint32_t* t = from;
+    for (uint32_t i = 0; i < n; ++i) to[count[(from[i] >> shift) & (kRadix - 1)]++] = from[i];
+    uint64_t* t = from;
     from = to;
     to = t;
   }
+  s.sorted = from;
 }
+
+const Event& sorted(const Shard& s, uint32_t k) { return s.log[uint32_t(s.sorted[k])]; }
 
 // The issues of one SIMD-group at one site: the entries [begin, end) of the sorted log.
 void count_issues(Shard& s, uint32_t site, uint32_t begin, uint32_t end) {
   uint32_t start[MTW_SIMD_WIDTH], length[MTW_SIMD_WIDTH] = {}, most = 0;
   for (uint32_t k = begin; k < end; ++k) {
-    uint32_t lane = s.log[s.order[k]].thread % MTW_SIMD_WIDTH;
+    uint32_t lane = sorted(s, k).thread % MTW_SIMD_WIDTH;
     if (length[lane]++ == 0) start[lane] = k;
     if (length[lane] > most) most = length[lane];
   }
@@ -334,11 +363,11 @@ void count_issues(Shard& s, uint32_t site, uint32_t begin, uint32_t end) {
   for (uint32_t k = 0; k < most; ++k) {
     uint32_t n = 0;
     for (uint32_t lane = 0; lane < MTW_SIMD_WIDTH; ++lane)
-      if (length[lane] > k) issue[n++] = s.log[s.order[start[lane] + k]];
-    if (site >= kBranchSites) {
+      if (length[lane] > k) issue[n++] = sorted(s, start[lane] + k);
+    if (s.site_branch[site] != kNotBranch) {
       bool diverged = false;
       for (uint32_t i = 1; i < n; ++i) diverged |= issue[i].value != issue[0].value;
-      s.divergences[site - kBranchSites] += diverged;
+      s.divergences[s.site_branch[site]] += diverged;
     } else {
       count_access(s, s.site_pc[site], issue, n);
     }
@@ -348,10 +377,10 @@ void count_issues(Shard& s, uint32_t site, uint32_t begin, uint32_t end) {
 void count_log(Shard& s) {
   sort_log(s);
   for (uint32_t i = 0; i < s.logged;) {
-    const Event& first = s.log[s.order[i]];
+    const Event& first = sorted(s, i);
     uint32_t j = i + 1;
-    while (j < s.logged && s.log[s.order[j]].site == first.site &&
-           s.log[s.order[j]].thread / MTW_SIMD_WIDTH == first.thread / MTW_SIMD_WIDTH)
+    while (j < s.logged && sorted(s, j).site == first.site &&
+           sorted(s, j).thread / MTW_SIMD_WIDTH == first.thread / MTW_SIMD_WIDTH)
       ++j;
     count_issues(s, first.site, i, j);
     i = j;
@@ -423,8 +452,10 @@ void log_event(Shard& s, const Event& e) {
 }
 
 // The shard of the running thread's worker, or null when the launch is not profiled.
-Shard* counting(Worker** out) {
-  Worker* w = worker_here();
+// `on_fiber`: called from kernel code, which always runs on a fiber (not so the hooks of
+// SIMD-group plumbing, which the scheduler may run on the worker's own stack).
+Shard* counting(Worker** out, bool on_fiber) {
+  Worker* w = on_fiber ? current_fiber()->worker : worker_here();
   if (!w || !profiling(w)) return nullptr;
   *out = w;
   return shard_of(w);
@@ -518,7 +549,7 @@ using namespace mtw;
 
 extern "C" void mtw_profile_block(uint32_t block) {
   Worker* w;
-  Shard* s = counting(&w);
+  Shard* s = counting(&w, true);
   if (!s || block >= state.config.blocks) return;
   const uint32_t blocks = state.config.blocks, t = w->group.current;
   const uint32_t sg = t / MTW_SIMD_WIDTH;
@@ -531,14 +562,15 @@ extern "C" void mtw_profile_block(uint32_t block) {
 
 extern "C" void mtw_profile_branch(uint32_t branch, uint32_t way) {
   Worker* w;
-  Shard* s = counting(&w);
+  Shard* s = counting(&w, true);
   if (!s || branch >= state.config.branches) return;
-  log_event(*s, Event{way, kBranchSites + branch, uint16_t(w->group.current), 0, 0});
+  uint32_t site = branch_site(*s, branch);
+  if (site != kNoSite) log_event(*s, Event{way, site, uint16_t(w->group.current), 0, 0});
 }
 
 extern "C" void mtw_profile_atomic(const volatile void* object, int inside) {
   Worker* w;
-  Shard* s = counting(&w);
+  Shard* s = counting(&w, false);
   if (!s) return;
   if (!inside) {
     if (w->atomic_depth > 0) w->atomic_depth -= 1;
@@ -556,7 +588,7 @@ extern "C" void mtw_profile_atomic(const volatile void* object, int inside) {
 
 extern "C" void mtw_profile_group_access(const void* const* ins, uint32_t mask, int inside) {
   Worker* w;
-  Shard* s = mask ? counting(&w) : nullptr;
+  Shard* s = mask ? counting(&w, false) : nullptr;
   if (!s) return;
   if (!inside) {
     if (s->gathering && s->gathered_count)
