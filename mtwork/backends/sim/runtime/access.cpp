@@ -4,7 +4,6 @@
 #include <stdint.h>
 
 #include "profiler.h"
-#include "scheduler.h"
 
 namespace mtw {
 
@@ -15,7 +14,9 @@ namespace {
 
 inline void on_access(const void* p, uint32_t size, bool write, const void* pc) {
   if (profiler_armed()) {
-    Worker* w = worker_here();
+    // A thread's own stacks (its private arrays): neither mode looks at them.
+    if (in_fiber_stacks(reinterpret_cast<uintptr_t>(p))) return;
+    Worker* w = calling_worker();
     if (w && w->in_kernel && profiling(w)) {
       profiler_access(w, p, size, write, pc);
       return;

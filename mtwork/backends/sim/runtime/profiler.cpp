@@ -31,11 +31,9 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "scheduler.h"
-
 namespace mtw {
 
-int profiler_is_armed = 0;
+mtw_entry_fn profiled_entry = nullptr;
 
 namespace {
 
@@ -455,14 +453,14 @@ void log_event(Shard& s, const Event& e) {
 // `on_fiber`: called from kernel code, which always runs on a fiber (not so the hooks of
 // SIMD-group plumbing, which the scheduler may run on the worker's own stack).
 Shard* counting(Worker** out, bool on_fiber) {
-  Worker* w = on_fiber ? current_fiber()->worker : worker_here();
+  Worker* w = on_fiber ? current_fiber()->worker : calling_worker();
   if (!w || !profiling(w)) return nullptr;
   *out = w;
   return shard_of(w);
 }
 
 void release() {
-  __atomic_store_n(&profiler_is_armed, 0, __ATOMIC_SEQ_CST);
+  __atomic_store_n(&profiled_entry, nullptr, __ATOMIC_SEQ_CST);
   for (uint32_t i = 0; i < state.nshards; ++i)
     if (state.shards[i].memory) munmap(state.shards[i].memory, state.shards[i].bytes);
   free(state.shards);
@@ -521,10 +519,6 @@ uint32_t collect_sites() {
 }
 
 }  // namespace
-
-bool profiling(const Worker* w) {
-  return profiler_armed() && w->dispatch && w->dispatch->launch.entry == state.config.entry;
-}
 
 void profiler_access(Worker* w, const void* p, uint32_t size, bool write, const void* pc) {
   if (w->atomic_depth) return;  // part of an atomic, counted as one
@@ -656,7 +650,7 @@ extern "C" int mtw_profile_arm(const mtw_profile* profile) {
     snprintf(state.message, sizeof(state.message), "no memory for the profiler's tables");
     return 2;
   }
-  __atomic_store_n(&profiler_is_armed, 1, __ATOMIC_SEQ_CST);
+  __atomic_store_n(&profiled_entry, c.entry, __ATOMIC_SEQ_CST);
   return 0;
 }
 
