@@ -19,7 +19,7 @@ from collections import Counter, defaultdict
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from functools import cache
+from functools import cache, lru_cache
 from pathlib import Path
 
 from ...buffers import byte_span
@@ -152,7 +152,7 @@ def _line_bytes() -> int:
     return default_gpu().line_bytes
 
 
-@cache
+@lru_cache(maxsize=256)
 def _places(library: Path, offsets: tuple[int, ...], sources: Sources
             ) -> dict[int, tuple[str, int]]:
     """The author's source line of each code offset that has one."""
