@@ -25,6 +25,7 @@ from pathlib import Path
 from ...buffers import byte_span
 from ...dispatch import Geometry, Sources
 from ...errors import EmulatorUnavailable
+from ...gpu.catalog import default_gpu
 from ...gpu.counters import BufferTraffic, Counters, LaneOps, SimdOps, SourceLine
 from . import runtime
 from .compiler import runtime_library
@@ -37,7 +38,7 @@ __all__ = ["Profiled", "counters", "counting", "load_table"]
 # Apple GPUs give a thread at most 128 32-bit registers (Alyssa Rosenzweig, "Dissecting
 # the Apple M1 GPU, part III"); a kernel that needs more spills.
 MAX_REGISTERS = 128
-_MAX_SITES = 1 << 16
+_MAX_SITES = 1 << 14  # (code address, buffer, kind) triples a dispatch may have
 _THREADGROUP = -1
 _LOAD, _STORE, _ATOMIC = 0, 1, 2
 _INCOMPLETE = 0xFFFFFFFF
@@ -143,12 +144,15 @@ def counting(library: runtime.KernelLibrary, table: Table, memory: Memory,
         found = rt.mtw_profile_collect()
     if found == _INCOMPLETE:
         raise EmulatorUnavailable(rt.mtw_profile_message().decode())
-    out.sites = list(sites[: min(found, _MAX_SITES)])
+    if found > _MAX_SITES:
+        raise EmulatorUnavailable(f"the profiler counted {found} access sites, more than the "
+                                  f"{_MAX_SITES} it reports; profile a smaller kernel")
+    out.sites = list(sites[:found])
 
 
 def _line_bytes() -> int:
-    from ...gpu import default_gpu
-
+    """The line size of the chip the counts are for ($MTWORK_GPU's; every chip in the table
+    has 128-byte lines)."""
     return default_gpu().line_bytes
 
 
