@@ -11,7 +11,8 @@ import pytest
 
 import mtwork
 from mtwork.backends.sim import runtime
-from mtwork.library import load_metal
+from mtwork.library import load_metal, new_buffer
+from mtwork.msl.includes import mlx_include_dir
 
 N = 1024  # threads: 32 SIMD-groups
 LINE = 128
@@ -367,6 +368,45 @@ def test_full_source_kernels_and_their_launches_are_profiled():
                            threads_per_threadgroup=64)
     assert mtwork.profile(launch) == c
     assert {(s.file, s.line) for s in c.source_lines} == {("source", 5)}
+
+
+GEMM_PARAMS = np.dtype(
+    [("M", "i4"), ("N", "i4"), ("K", "i4"), ("lda", "i4"), ("ldb", "i4"), ("ldd", "i4"),
+     ("tiles_n", "i4"), ("tiles_m", "i4"), ("batch_stride_a", "i8"), ("batch_stride_b", "i8"),
+     ("batch_stride_d", "i8"), ("swizzle_log", "i4"), ("gemm_k_iterations_aligned", "i4"),
+     ("batch_ndim", "i4")],
+    align=True,
+)  # MLX's steel/gemm/params.h GEMMParams
+
+
+def test_mlx_steel_gemm_does_m_n_k_over_512_multiply_accumulates():
+    # MLX's own GEMM from the installed wheel, dispatched as matmul.cpp does: 32 x 32
+    # tiles, 4 SIMD-groups; its loaders copy 16-byte vectors of A and B into threadgroup
+    # memory (memcpy in the IR, reported as accesses).
+    kernels = mlx_include_dir() / "mlx" / "backend" / "metal" / "kernels"
+    lib = load_metal(kernels / "steel/gemm/kernels/steel_gemm_fused.h",
+                     prelude='#include "mlx/backend/metal/kernels/utils.h"\n'
+                             '#include "mlx/backend/metal/kernels/steel/gemm/gemm.h"\n')
+    m = n = 64
+    k = 32
+    kernel = lib.kernel("gemm", template=(mx.float32, 32, 32, 16, 2, 2, False, False),
+                        constants={"has_batch": False, "use_out_source": False,
+                                   "do_axpby": False, "align_M": True, "align_N": True,
+                                   "align_K": True})
+    a = np.random.default_rng(0).standard_normal((1, m, k)).astype(np.float32)
+    b = np.random.default_rng(1).standard_normal((1, k, n)).astype(np.float32)
+    params = np.array([(m, n, k, k, n, n, 2, 2, m * k, k * n, m * n, 0, k // 16, 1)],
+                      dtype=GEMM_PARAMS)
+    out = kernel(buffers={"A": a, "B": b, "D": new_buffer((1, m, n)), "params": params},
+                 threadgroups=(2, 2, 1), threads_per_threadgroup=(32, 2, 2), profile=True)
+    mtwork.assert_close(out.mx("D"), a.astype(np.float64) @ b, dtype=mx.float32)
+    c = kernel.last_counters
+    assert c.simd.mma_f32 == m * n * k // 512
+    for name, size in (("A", a.nbytes), ("B", b.nbytes)):
+        loads = buffer(c, name)
+        assert loads.distinct_lines == size // LINE
+        assert loads.load_bytes == 2 * size  # each tile is read by the two tiles across
+    assert c.threadgroup_accesses > 0 and c.threadgroup_barriers > 0
 
 
 def test_the_model_ranks_flash_attention_above_the_scalar_kernel():

@@ -21,7 +21,8 @@ every instruction is counted as what it is on the GPU:
 Each block that counts something gets ``call @mtw_profile_block(id)`` after its phis, and
 each conditional branch of the kernel's own code ``call @mtw_profile_branch(id, way)``:
 the runtime counts executions per lane, per SIMD-group issue and per threadgroup, and
-divergent issues; `Table` says what one execution of each block is worth.
+divergent issues; `Table` says what one execution of each block is worth. Copies the
+optimiser made `memcpy`/`memset` calls report their accesses like loads and stores.
 """
 
 from __future__ import annotations
@@ -263,6 +264,62 @@ def _branch_hook(ins: Instruction, branch: int, fresh: Callable[[], str]) -> lis
     return [*lines, f"call void @mtw_profile_branch(i32 {branch}, i32 {way})"]
 
 
+_COPY = re.compile(r"llvm\.(memcpy|memmove|memset)\.")
+_TRACE_SIZES = (16, 8, 4, 2, 1)  # the sizes clang's trace-loads/trace-stores callbacks take
+_LARGEST_TRACED_COPY = 4096
+
+
+def _copy_hooks(ins: Instruction, fresh: Callable[[], str]) -> list[str]:
+    """Access reports for a `memcpy`/`memset` of a constant size (a struct copied from a
+    buffer, as MLX's BlockLoader does): the coverage callbacks see loads and stores only,
+    so the copy is reported as the 16-, 8-, 4-, 2- and 1-byte accesses it is made of."""
+    m = _COPY.match(ins.callee or "")
+    args = _split_args(ins.text)
+    size = re.fullmatch(r"i\d+ (\d+)", args[2]) if m and len(args) >= 3 else None
+    if not size or not 0 < int(size.group(1)) <= _LARGEST_TRACED_COPY:
+        return []
+    dbg = f", !dbg !{ins.dbg}" if ins.dbg is not None else ""
+    pointers = [("store", args[0].split(" ")[-1])]
+    if m.group(1) != "memset":
+        pointers.append(("load", args[1].split(" ")[-1]))
+    lines, left, offset = [], int(size.group(1)), 0
+    while left:
+        chunk = next(n for n in _TRACE_SIZES if n <= left)
+        for kind, pointer in pointers:
+            at = pointer
+            if offset:
+                at = fresh()
+                lines.append(f"{at} = getelementptr i8, ptr {pointer}, i64 {offset}")
+            lines.append(f"call void @__sanitizer_cov_{kind}{chunk}(ptr {at}){dbg}")
+        left, offset = left - chunk, offset + chunk
+    return lines
+
+
+def _split_args(text: str) -> list[str]:
+    """The arguments of a call's text, split at its top-level commas."""
+    inner = text[text.index("(", text.index("@")) + 1: text.rindex(")")]
+    parts, depth, start = [], 0, 0
+    for i, ch in enumerate(inner):
+        depth += ch in "([{<"
+        depth -= ch in ")]}>"
+        if ch == "," and depth == 0:
+            parts.append(inner[start:i].strip())
+            start = i + 1
+    return [*parts, inner[start:].strip()]
+
+
+def _declarations(module: Module) -> list[str]:
+    """The profile hooks, and the coverage callbacks the copies call that the module does
+    not declare yet."""
+    out = ["declare void @mtw_profile_block(i32)", "declare void @mtw_profile_branch(i32, i32)"]
+    declared = "\n".join(line for line in module.lines if line.startswith("declare "))
+    for kind in ("load", "store"):
+        for n in _TRACE_SIZES:
+            if f"@__sanitizer_cov_{kind}{n}(" not in declared:
+                out.append(f"declare void @__sanitizer_cov_{kind}{n}(ptr)")
+    return out
+
+
 def instrument(text: str, *, shim_dir: str, place: Place) -> tuple[str, Table]:
     """The instrumented IR of a module and what its blocks count. `shim_dir` is the shim's
     folder; `place(file, line)` maps a line of the debug info to the author's (file, line),
@@ -286,6 +343,9 @@ def instrument(text: str, *, shim_dir: str, place: Place) -> tuple[str, Table]:
         work = counter.count()
         counted.append((f, counter))
         for block, w in zip(f.blocks, work):
+            for ins in block.instructions:
+                if ins.opcode == "call":
+                    before[ins.line] += _copy_hooks(ins, fresh)
             hook = None
             role = counter.role[id(block.terminator)]
             if block.terminator.opcode in ("br", "switch") and role.kind == "kernel":
@@ -298,7 +358,5 @@ def instrument(text: str, *, shim_dir: str, place: Place) -> tuple[str, Table]:
                     0, f"call void @mtw_profile_block(i32 {len(blocks)})")
                 blocks.append(w)
     registers = max((register_estimate(module, f, c.role) for f, c in counted), default=0)
-    declarations = ["declare void @mtw_profile_block(i32)",
-                    "declare void @mtw_profile_branch(i32, i32)"]
-    return (module.with_lines(before, declarations),
+    return (module.with_lines(before, _declarations(module)),
             Table(tuple(blocks), tuple(branches), registers))
