@@ -17,8 +17,19 @@ import numpy as np
 from .backends import compile as compile_program
 from .backends import run as run_program
 from .buffers import to_mx
-from .dispatch import Dispatch, FullSource, Param, Program, Sources, dims, geometry, options
+from .dispatch import (
+    Dispatch,
+    FullSource,
+    Param,
+    Program,
+    Sources,
+    backend_for,
+    dims,
+    geometry,
+    options,
+)
 from .errors import ThreadgroupMemoryError
+from .gpu.counters import Counters
 from .limits import (
     MAX_BUFFER_INDEX,
     MAX_THREADS_PER_THREADGROUP,
@@ -65,7 +76,8 @@ def _describe(p: KernelParam) -> str:
 class Kernel:
     """One kernel of a `Library`, its template instantiated and its function constants
     set. Call it to dispatch; `compile()` compiles it ahead of time. The report of its
-    last sanitized call is `last_sanitizer_report`."""
+    last sanitized call is `last_sanitizer_report`, the counts of its last profiled call
+    `last_counters`."""
 
     def __init__(self, library: LibraryParts, signature: KernelSignature,
                  template_args: tuple[str, ...], constants: dict[str, str | None], label: str):
@@ -75,6 +87,7 @@ class Kernel:
         self.constants = constants
         self.name = label
         self.last_sanitizer_report: SanitizerReport | None = None
+        self.last_counters: Counters | None = None
         unsupported = [p for p in signature.params if p.kind == "unsupported"]
         if unsupported:
             p = unsupported[0]
@@ -246,6 +259,7 @@ class Kernel:
         timeout: float | None = None,
         sanitize: bool | str | None = None,
         isolate: bool | None = None,
+        profile: bool = False,
     ) -> Dispatch:
         """The dispatch record of a call (see `__call__`), every argument checked."""
         if (threadgroups is None) == (grid is None):
@@ -266,7 +280,7 @@ class Kernel:
                                f"{_describe(p)} of `{self.name}`")
                  for p, value in chosen.values()}
         return Dispatch(bound, shape, options(sanitize=sanitize, timeout=timeout,
-                                              isolate=isolate),
+                                              isolate=isolate, profile=profile),
                         self._threadgroup_sizes(threadgroup_memory))
 
     def __call__(
@@ -281,6 +295,7 @@ class Kernel:
         timeout: float | None = None,
         sanitize: bool | str | None = None,
         isolate: bool | None = None,
+        profile: bool = False,
     ) -> Outputs:
         """Dispatches the kernel and returns its writable buffers.
 
@@ -290,18 +305,24 @@ class Kernel:
         (``dispatchThreads``: how many threads; edge threadgroups are partial), and
         `threads_per_threadgroup`. `timeout`: the sim watchdog, in seconds. `sanitize`:
         True or "warn" runs on sim with every access checked (see mtwork.sanitizer).
-        `isolate`: sim runs kernels in a worker process (False: in this one).
+        `isolate`: sim runs kernels in a worker process (False: in this one). `profile`:
+        True runs on sim and counts what the call does to an Apple GPU
+        (`last_counters`; see mtwork.profile).
         """
         call = self.dispatch(buffers=buffers, threadgroup_memory=threadgroup_memory,
                              threadgroups=threadgroups, grid=grid,
                              threads_per_threadgroup=threads_per_threadgroup,
-                             timeout=timeout, sanitize=sanitize, isolate=isolate)
+                             timeout=timeout, sanitize=sanitize, isolate=isolate,
+                             profile=profile)
         try:
-            done = run_program(self.program, call, backend=backend or self.library.backend)
+            done = run_program(self.program, call, backend=backend_for(
+                call.options, backend or self.library.backend))
         except SanitizerError as exc:
             self.last_sanitizer_report = exc.report
             raise
         self.last_sanitizer_report = done.sanitizer
+        if profile:
+            self.last_counters = done.counters
         by_index = {p.index: p for p in self.signature.buffers}
         arrays = {by_index[i].name: arr for i, arr in done.buffers.items()}
         kinds = {by_index[i].name: getattr(call.buffers[i], "dtype", None) for i in done.buffers}
@@ -355,8 +376,13 @@ class LibraryLaunch:
         return self.kernel.last_sanitizer_report
 
     def __call__(self, *inputs: Any, backend: str | None = None,
-                 sanitize: bool | str | None = None) -> Outputs:
+                 sanitize: bool | str | None = None, profile: bool = False) -> Outputs:
         if inputs:
             raise TypeError("a full-source launch carries its buffers; call it without "
                             "inputs")
-        return self.kernel(**self.call, backend=backend, sanitize=sanitize)
+        return self.kernel(**self.call, backend=backend, sanitize=sanitize, profile=profile)
+
+    @property
+    def last_counters(self) -> Counters | None:
+        """The counts of this launch's kernel's last profiled call."""
+        return self.kernel.last_counters

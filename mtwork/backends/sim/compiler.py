@@ -11,6 +11,7 @@ went into it, so a change anywhere rebuilds exactly what depends on it:
 from __future__ import annotations
 
 import hashlib
+import json
 import platform
 import shutil
 import sys
@@ -24,6 +25,7 @@ from ...cachedir import cache_dir
 from ...errors import CompileError, EmulatorUnavailable
 from ...msl.includes import mlx_include_dir
 from ...toolchain import run_clang
+from .instrument import author_place, instrument
 from .rewrite import rewrite_msl
 from .translation import Translation, author_message
 
@@ -197,37 +199,79 @@ _ARRAY_BOUNDS = ("-fsanitize=array-bounds", "-fsanitize-recover=array-bounds",
                  "-fstrict-flex-arrays=3")
 SANITIZE_FLAGS = ("-fsanitize-coverage=edge,trace-loads,trace-stores", "-g", "-DMTW_SANITIZE",
                   "-fno-vectorize", "-fno-slp-vectorize", *_COPIES_FILLS_ATOMICS, *_ARRAY_BOUNDS)
+# Profiling builds report the same accesses to the runtime, and keep line tables: they say
+# which function each instruction of the IR came from, by which instrument.py counts it
+# as GPU work. Vectorizing is off for the tracing, as above.
+PROFILE_FLAGS = ("-fsanitize-coverage=edge,trace-loads,trace-stores", "-gline-tables-only",
+                 "-DMTW_PROFILE", "-fno-vectorize", "-fno-slp-vectorize")
+# The profiler's code: a change to it rebuilds profiled kernels.
+_PROFILER_SOURCES = tuple(PACKAGE_DIR / name for name in ("instrument.py", "llvm_ir.py",
+                                                           "registers.py"))
 
 
 def compile_kernel(tu: Translation, math_mode: str, kernel_label: str,
-                   include_dirs: Sequence[Path] = (), sanitize: bool = False) -> Path:
+                   include_dirs: Sequence[Path] = (), sanitize: bool = False,
+                   profile: bool = False) -> Path:
     """Compiles a translation unit into a shared library (cached) and returns its path.
 
     `include_dirs` are searched after the shim and MLX's headers (`-I`, in order);
-    `sanitize` builds the instrumented variant the sanitizer mode runs.
+    `sanitize` builds the instrumented variant the sanitizer mode runs; `profile` the
+    profiler's, in a folder with the `instrument.Table` of its blocks (``table.json``).
     """
     flags = [*COMMON_FLAGS, *TARGET_FLAGS, *MATH_MODE_FLAGS[math_mode], *KERNEL_DEFINES,
              *KERNEL_FLAGS]
     if sanitize:
         flags += SANITIZE_FLAGS
+    if profile:
+        flags += PROFILE_FLAGS
     user_includes = [arg for d in include_dirs for arg in ("-I", str(d))]
     key = _digest(tu.text, " ".join(flags), shim_version(), str(mlx_include_dir()),
-                  *user_includes)
-    target = cache_dir() / "kernels" / f"{key}.so"
+                  *user_includes, *(p.read_bytes() for p in _PROFILER_SOURCES if profile))
+    target = cache_dir() / "kernels" / (f"{key}-profile" if profile else f"{key}.so")
+    library = target / "kernel.so" if profile else target
     if _reusable(target):
-        return target
+        return library
     work = cachedir.work_dir(target.parent)
     try:
         cpp = work / "kernel.cpp"
         cpp.write_text(tu.text)
-        tmp = work / "kernel.so"
-        args = [*flags, "-shared", "-isystem", str(SHIM_DIR),
-                "-I", str(prelude_dir()), *user_includes, str(cpp), "-o", str(tmp)]
-        result = run_clang(args, kernel_label)
-        if result.returncode != 0:
-            raise CompileError(kernel_label, author_message(result.stderr, tu, str(cpp)))
-        cachedir.publish(tmp, target)
+        includes = ["-isystem", str(SHIM_DIR), "-I", str(prelude_dir()), *user_includes]
+        if profile:
+            built = _compile_profiled(tu, flags, includes, cpp, kernel_label)
+        else:
+            built = work / "kernel.so"
+            result = run_clang([*flags, "-shared", *includes, str(cpp), "-o", str(built)],
+                               kernel_label)
+            if result.returncode != 0:
+                raise CompileError(kernel_label, author_message(result.stderr, tu, str(cpp)))
+        cachedir.publish(built, target)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     cachedir.evict(keep=target)
-    return target
+    return library
+
+
+def _compile_profiled(tu: Translation, flags: list[str], includes: list[str], cpp: Path,
+                      kernel_label: str) -> Path:
+    """The profiled variant, in two steps: clang writes the optimised IR, instrument.py
+    counts its blocks and adds the counting calls, and clang compiles that IR (without
+    optimising it again). Returns the folder holding kernel.so and table.json."""
+    folder = cpp.parent / "profiled"
+    folder.mkdir()
+    ir = cpp.with_suffix(".ll")
+    result = run_clang([*flags, "-S", "-emit-llvm", *includes, str(cpp), "-o", str(ir)],
+                       kernel_label)
+    if result.returncode != 0:
+        raise CompileError(kernel_label, author_message(result.stderr, tu, str(cpp)))
+    text, table = instrument(ir.read_text(), shim_dir=str(SHIM_DIR),
+                             place=author_place(tu.sources))
+    counted = cpp.with_name("counted.ll")
+    counted.write_text(text)
+    # The coverage callbacks are in the IR already; defines and language flags do nothing.
+    codegen = [f for f in flags if not f.startswith(("-fsanitize-coverage", "-D", "-std"))]
+    result = run_clang([*codegen, "-Xclang", "-disable-llvm-passes", "-shared", str(counted),
+                        "-o", str(folder / "kernel.so")], kernel_label)
+    if result.returncode != 0:
+        raise CompileError(kernel_label, f"the profiled build failed:\n{result.stderr}")
+    (folder / "table.json").write_text(json.dumps(table.to_json()))
+    return folder

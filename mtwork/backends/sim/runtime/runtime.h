@@ -133,6 +133,54 @@ uint32_t mtw_sanitizer_tg_arrays(void);
 const char* mtw_sanitizer_tg_array_name(uint32_t index);
 uint32_t mtw_sanitizer_tg_array_element_size(uint32_t index);
 
+// Profiler mode: a kernel library built for profiling (see backends/sim/instrument.py)
+// reports the blocks it runs, the ways its branches go, its memory accesses and atomics;
+// the runtime counts them per threadgroup, as a GPU's SIMD-groups would run them.
+enum mtw_access_kind { MTW_ACCESS_LOAD = 0, MTW_ACCESS_STORE = 1, MTW_ACCESS_ATOMIC = 2 };
+#define MTW_PROFILE_THREADGROUP (-1)  // mtw_profile_site.buffer of threadgroup memory
+
+// The counts of one code address, one buffer (or threadgroup memory) and one kind.
+typedef struct mtw_profile_site {
+  uint64_t pc;          // code offset in the kernel library (for the source line)
+  int32_t buffer;       // index into the buffer infos, or MTW_PROFILE_THREADGROUP
+  uint32_t kind;        // mtw_access_kind
+  uint64_t accesses;    // SIMD-group access instructions (atomics: lanes)
+  uint64_t bytes;       // device memory: bytes requested (each byte once per access)
+  uint64_t lines;       // device memory: distinct lines per access, summed
+  uint64_t wavefronts;  // threadgroup memory: conflict-free wavefronts per access, summed
+  uint64_t conflicts;   // threadgroup memory: extra wavefronts of bank conflicts, summed
+} mtw_profile_site;
+
+typedef struct mtw_profile {
+  mtw_entry_fn entry;               // the profiled launch's entry (mtw_launch.entry)
+  const mtw_buffer_info* buffers;   // the dispatch's buffers (MTW_BUFFER_INTERNAL: skipped)
+  uint32_t nbuffers;
+  uint32_t line_bytes;              // device memory line size (128)
+  uint32_t threads;                 // threads per threadgroup (at most)
+  uint32_t blocks;                  // instrumented blocks: ids 0 .. blocks - 1
+  uint32_t branches;                // instrumented branches: ids 0 .. branches - 1
+  uint32_t max_sites;               // room in `sites`
+  // Filled by mtw_profile_collect:
+  uint64_t* block_lanes;            // [blocks] executions, summed over threads
+  uint64_t* block_simd;             // [blocks] SIMD-group issues (per SIMD-group the most
+                                    // executions of one lane), summed
+  uint64_t* block_groups;           // [blocks] threadgroup issues (the same per threadgroup)
+  uint64_t* divergences;            // [branches] SIMD-group issues whose lanes went both ways
+  uint64_t* distinct_lines;         // [nbuffers] lines touched at least once
+  mtw_profile_site* sites;          // [max_sites], sorted by (pc, buffer, kind)
+} mtw_profile;
+
+// Arms the profiler for the next dispatch of `profile->entry`; nonzero (see
+// mtw_profile_message) when its memory cannot be had. Dispatches of other entries are
+// not counted.
+int mtw_profile_arm(const mtw_profile* profile);
+// After that dispatch: fills the results of the armed profile and disarms; returns the
+// number of sites (more than max_sites: only the first max_sites were written).
+uint32_t mtw_profile_collect(void);
+// Disarms without results (after a failed dispatch).
+void mtw_profile_disarm(void);
+const char* mtw_profile_message(void);
+
 #ifdef __cplusplus
 }
 #endif

@@ -220,29 +220,15 @@ void sanitizer_begin_worker(Worker* w) {
   w->tg_shadow = static_cast<TgShadow*>(calloc(kTgMemoryCapacity, sizeof(TgShadow)));
 }
 
+// The sanitizer's side of the memory-access callbacks (access.cpp).
+void sanitizer_access(const void* p, uint32_t size, bool write, const void* pc) {
+  on_access(p, size, write, pc);
+}
+
 }  // namespace mtw
 
 using mtw::on_access;
 using mtw::on_range;
-
-// Callbacks of clang's -fsanitize-coverage=trace-loads,trace-stores.
-#define MTW_TRACE(bits, bytes)                                                       \
-  extern "C" void __sanitizer_cov_load##bytes(uint##bits##_t* p) {                   \
-    on_access(p, bytes, false, __builtin_return_address(0));                            \
-  }                                                                                  \
-  extern "C" void __sanitizer_cov_store##bytes(uint##bits##_t* p) {                  \
-    on_access(p, bytes, true, __builtin_return_address(0));                             \
-  }
-MTW_TRACE(8, 1)
-MTW_TRACE(16, 2)
-MTW_TRACE(32, 4)
-MTW_TRACE(64, 8)
-extern "C" void __sanitizer_cov_load16(void* p) {
-  on_access(p, 16, false, __builtin_return_address(0));
-}
-extern "C" void __sanitizer_cov_store16(void* p) {
-  on_access(p, 16, true, __builtin_return_address(0));
-}
 
 // What sanitize builds call in place of llvm.memcpy, llvm.memmove and llvm.memset (struct
 // and vector copies, zero-fill loops): clang's AddressSanitizer pass with its own checks
