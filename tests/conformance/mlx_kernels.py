@@ -65,6 +65,10 @@ def build(library: mtwork.Library, function: str, template: Any = None,
     return Built(kernel, time.perf_counter() - start)
 
 
+def ceil_div(n: int, m: int) -> int:
+    return -(-n // m)
+
+
 def block_dims(dim0: int, dim1: int, dim2: int, pow2: int = 10) -> tuple[int, int, int]:
     """MLX's `get_block_dims` (backend/common/utils.cpp): a power of two per dimension,
     grown in turn while the dimension is at least twice as large, up to 2**pow2 threads."""

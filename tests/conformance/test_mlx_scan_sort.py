@@ -18,7 +18,7 @@ import pytest
 from mtwork import new_buffer
 
 from .metal_path import run_both
-from .mlx_kernels import MLX, build, metal_library, rng
+from .mlx_kernels import MLX, build, ceil_div, metal_library, rng
 
 SCAN = ("defines.h", "utils.h", "scan.h")
 
@@ -176,7 +176,7 @@ def test_logsumexp(agreement, function, axis) -> None:
     rows = 3
     x = mx.array(rng().standard_normal((rows, axis)) * 3, mx.float32)
     built = build(metal_library("logsumexp.h"), function, (mx.float32,))
-    threads = 1024 if function == "logsumexp_looped" else -(-(-(-axis // 4)) // 32) * 32
+    threads = 1024 if function == "logsumexp_looped" else ceil_div(ceil_div(axis, 4), 32) * 32
     out = run_both(built.kernel, buffers={"in": x, "out": new_buffer((rows,), mx.float32),
                                           "axis_size": axis},
                    grid=(rows * threads,), threads_per_threadgroup=(threads,))
