@@ -192,35 +192,6 @@ def test_steel_attention(agreement, variant) -> None:
     agreement(f"steel attention ({variant})", MLX, out.mx("O"), expected)
 
 
-# --- quantized.h: affine 4-bit matrix-vector product -------------------------------------
-
-
-def test_affine_qmv_fast(agreement) -> None:
-    # MLX's quantized.cpp (qmv_fast): 2 SIMD-groups of 32 threads, 4 output rows each;
-    # threadgroups (rows of x, out / 8, 1); the input size is a multiple of 512.
-    m, n, k, group_size, bits = 3, 24, 512, 64, 4
-    g = rng()
-    w = mx.array(g.standard_normal((n, k)), dtype=mx.float32)
-    x = mx.array(g.standard_normal((m, k)), dtype=mx.float32)
-    wq, scales, biases = mx.quantize(w, group_size=group_size, bits=bits)
-    # As MLX's quantized.metal: the steel GEMM headers (for qmm), then the quantized ones.
-    lib = mlx_header("quantized.h", before=("steel/gemm/gemm.h", "quantized_utils.h"))
-    kernel = lib.kernel("affine_qmv_fast", template=(mx.float32, group_size, bits, False))
-    none = np.zeros(1, np.int32)
-    out = run_both(
-        kernel,
-        buffers={"w": wq, "scales": scales, "biases": biases, "x": x, "y": new_buffer((m, n)),
-                 "in_vec_size": k, "out_vec_size": n, "x_batch_ndims": 0, "x_shape": none,
-                 "x_strides": none.astype(np.int64), "w_batch_ndims": 0, "w_shape": none,
-                 "w_strides": none.astype(np.int64), "s_strides": none.astype(np.int64),
-                 "b_strides": none.astype(np.int64)},
-        threadgroups=(m, n // 8, 1), threads_per_threadgroup=(32, 2, 1),
-    )
-    expected = mx.quantized_matmul(x, wq, scales, biases, transpose=True,
-                                   group_size=group_size, bits=bits)
-    agreement("affine_qmv_fast<float32, 64, 4>", MLX, out.mx("y"), expected)
-
-
 # --- indexing/scatter_axis.h: device atomics ----------------------------------------------
 
 
