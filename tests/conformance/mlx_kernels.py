@@ -40,11 +40,10 @@ def name(dtype: mx.Dtype) -> str:
 
 @cache
 def metal_library(*headers: str) -> mtwork.Library:
-    """The library a `.metal` file of MLX's makes from `headers` (paths under kernels/,
-    in the order the file includes them; utils.h first unless it is among them)."""
+    """The library a `.metal` file of MLX's makes from `headers`: the paths under
+    kernels/ it includes, in its order (softmax.metal: "utils.h", "softmax.h")."""
     mlx_kernels_dir()  # skips the test when the wheel ships no headers
-    names = headers if "utils.h" in headers else ("utils.h", *headers)
-    text = "".join(f'#include "{KERNELS}{h}"\n' for h in names)
+    text = "".join(f'#include "{KERNELS}{h}"\n' for h in headers)
     label = headers[-1].rsplit("/", 1)[-1].removesuffix(".h") + ".metal"
     return mtwork.load_metal(text, name=label)
 

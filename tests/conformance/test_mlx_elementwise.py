@@ -20,8 +20,8 @@ from mtwork import new_buffer
 from .metal_path import run_both
 from .mlx_kernels import MLX, block_dims, build, metal_library, name, rng, strided_view
 
-UNARY = ("unary_ops.h", "unary.h")
-BINARY = ("binary_ops.h", "binary.h")
+UNARY = ("utils.h", "unary_ops.h", "unary.h")
+BINARY = ("defines.h", "utils.h", "binary_ops.h", "binary.h")
 
 # (op, dtype, mx function, bitwise): correctly rounded operations agree bit for bit;
 # transcendental ones are Metal's own approximations, within a few ULPs.
@@ -170,7 +170,7 @@ def test_binary_two_divmod(agreement) -> None:
     a = _values(mx.int32, (500,))
     b = mx.array(rng().integers(1, 50, (500,)), mx.int32) * mx.array(
         rng().choice([-1, 1], 500), mx.int32)
-    built = build(metal_library("binary_ops.h", "binary_two.h"), "binary_vv",
+    built = build(metal_library("utils.h", "binary_ops.h", "binary_two.h"), "binary_vv",
                   (mx.int32, mx.int32, "DivMod", 1))
     out = run_both(built.kernel, buffers={"a": a, "b": b, "c": new_buffer((500,), mx.int32),
                                           "d": new_buffer((500,), mx.int32), "size": 500},
@@ -189,7 +189,7 @@ def test_ternary_select(agreement, kind) -> None:
     shape = (6, 40)
     cond = mx.array(rng().random(shape[1] if kind == "g" else shape) < 0.5)
     a, b = _values(mx.float32, shape), _values(mx.float32, shape) + 10
-    lib = metal_library("ternary_ops.h", "ternary.h")
+    lib = metal_library("utils.h", "ternary_ops.h", "ternary.h")
     out_buffer = new_buffer(shape, mx.float32)
     if kind == "v":
         built = build(lib, "ternary_v", (mx.float32, "Select", False, False, 1))
@@ -220,7 +220,7 @@ def test_copy(agreement, function, src, dst) -> None:
     # copy.metal / copy.cpp: "v_" and "s_" for contiguous and scalar sources, "g<n>_"
     # for a strided source into a contiguous output, "gn2_" beyond 3 dimensions
     # (copy_g, two elements a thread), "gg<n>_" for a strided output too.
-    lib = metal_library("copy.h")
+    lib = metal_library("utils.h", "copy.h")
     ndim = {"copy_g_nd2": 2, "copy_g_nd3": 3, "copy_gg_nd3": 3}.get(function, 4)
     shape = (3, 4, 5, 6)[-ndim:]
     base = np.asarray(_values(src, shape[::-1]))

@@ -25,7 +25,7 @@ NO_BIAS = {"bias": np.zeros(1, np.float32), "alpha": 1.0, "beta": 0.0,
 
 
 def _gemv_library():
-    return metal_library("utils.h", "gemv.h")
+    return metal_library("gemv.h")
 
 
 def _matrix(shape: tuple[int, ...], dtype: mx.Dtype = mx.float32) -> mx.array:

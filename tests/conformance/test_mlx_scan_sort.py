@@ -175,7 +175,7 @@ def test_logsumexp(agreement, function, axis) -> None:
     # elements a thread; longer rows `logsumexp_looped` with 1024 threads.
     rows = 3
     x = mx.array(rng().standard_normal((rows, axis)) * 3, mx.float32)
-    built = build(metal_library("logsumexp.h"), function, (mx.float32,))
+    built = build(metal_library("utils.h", "logsumexp.h"), function, (mx.float32,))
     threads = 1024 if function == "logsumexp_looped" else ceil_div(ceil_div(axis, 4), 32) * 32
     out = run_both(built.kernel, buffers={"in": x, "out": new_buffer((rows,), mx.float32),
                                           "axis_size": axis},
