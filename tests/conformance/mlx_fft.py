@@ -19,7 +19,7 @@ import numpy as np
 from mtwork import new_buffer
 
 from .metal_path import run_both
-from .mlx_kernels import build, ceil_div, metal_library
+from .mlx_kernels import build, ceil_div, metal_library, next_power_of_2
 
 RADICES = (13, 11, 8, 7, 6, 5, 4, 3, 2)  # in MLX's order of preference
 MAX_STOCKHAM = 4096
@@ -41,10 +41,6 @@ def _prime_factors(n: int) -> list[int]:
 
 def _power_of_2(n: int) -> bool:
     return n > 0 and n & (n - 1) == 0
-
-
-def _next_power_of_2(n: int) -> int:
-    return 1 << (n - 1).bit_length()
 
 
 def stockham_steps(n: int) -> list[int]:
@@ -87,7 +83,7 @@ def plan_fft(n: int) -> Plan:
             continue
         decomposable = all(f in RADICES for f in _prime_factors(factor - 1))
         if plan.rader_n > 1 or n > MAX_RADER or not decomposable:
-            plan.bluestein_n = _next_power_of_2(2 * n - 1)
+            plan.bluestein_n = next_power_of_2(2 * n - 1)
             plan.stockham, plan.rader = stockham_steps(plan.bluestein_n), [0] * len(RADICES)
             return plan
         plan.rader, plan.rader_n = stockham_steps(factor - 1), factor
@@ -168,7 +164,7 @@ def geometry(plan: Plan, fft_size: int, total_batch: int, real: bool,
     groups = ceil_div(total_batch, batch)
     if real and not four_step:
         groups = ceil_div(groups, 2)  # two real FFTs at once
-    return Geometry(batch, _next_power_of_2(batch * fft_size), (groups, batch, per_fft),
+    return Geometry(batch, next_power_of_2(batch * fft_size), (groups, batch, per_fft),
                     (1, batch, per_fft))
 
 

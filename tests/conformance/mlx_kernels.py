@@ -68,6 +68,10 @@ def ceil_div(n: int, m: int) -> int:
     return -(-n // m)
 
 
+def next_power_of_2(n: int) -> int:
+    return 1 << max(n - 1, 0).bit_length()
+
+
 def block_dims(dim0: int, dim1: int, dim2: int, pow2: int = 10) -> tuple[int, int, int]:
     """MLX's `get_block_dims` (backend/common/utils.cpp): a power of two per dimension,
     grown in turn while the dimension is at least twice as large, up to 2**pow2 threads."""

@@ -1,8 +1,11 @@
-"""MLX's own Metal kernels, read from the headers in the installed `mlx` wheel, run on
-`sim` as full-source kernels and compared with the matching `mx.*` operation on the CPU.
+"""MLX's softmax, sdpa_vector, scatter_axis, arange and gated-delta kernels, read from
+the headers in the installed `mlx` wheel, run on `sim` as full-source kernels and compared
+with the matching `mx.*` operation on the CPU.
 
-Each dispatch follows what MLX's host code does for that kernel (threadgroup shape, grid,
-function constants, argument values); the comments name the MLX source that says so.
+Each library is written as MLX's `.metal` file writes it (its includes, in order; see
+`mlx_kernels.metal_library`); each dispatch follows what MLX's host code does for that
+kernel (threadgroup shape, grid, function constants, argument values); the comments name
+the MLX source that says so.
 """
 
 from __future__ import annotations
@@ -14,19 +17,7 @@ import pytest
 from mtwork import new_buffer
 
 from .metal_path import run_both
-from .sources import mlx_header
-
-MLX = "mlx"
-RNG_SEED = 0
-
-
-def rng() -> np.random.Generator:
-    return np.random.default_rng(RNG_SEED)
-
-
-def name(dtype: mx.Dtype) -> str:
-    return str(dtype).removeprefix("mlx.core.")
-
+from .mlx_kernels import MLX, build, metal_library, name, rng
 
 # --- softmax.h: SIMD reductions and threadgroup memory -----------------------------------
 
@@ -42,11 +33,13 @@ def test_softmax_single_row(agreement, dtype, acc, axis) -> None:
     threads = -(-axis // n_reads)
     threads = -(-threads // 32) * 32
     x = mx.array(rng().standard_normal((5, axis)) * 3).astype(dtype)
-    kernel = mlx_header("softmax.h").kernel("softmax_single_row", template=(dtype, acc, n_reads))
-    out = run_both(kernel, buffers={"in": x, "out": new_buffer(x.shape), "axis_size": axis},
+    built = build(metal_library("utils.h", "softmax.h"), "softmax_single_row",
+                  (dtype, acc, n_reads))
+    out = run_both(built.kernel, buffers={"in": x, "out": new_buffer(x.shape), "axis_size": axis},
                  threadgroups=(x.shape[0],), threads_per_threadgroup=(threads,))
     expected = mx.softmax(x, axis=-1, precise=True)
-    agreement(f"softmax_single_row<{name(dtype)}>", MLX, out.mx("out"), expected)
+    agreement(f"softmax_single_row<{name(dtype)}>", MLX, out.mx("out"), expected,
+              reference="mx.softmax precise (CPU)", compile_s=built.compile_s)
 
 
 def test_softmax_looped(agreement) -> None:
@@ -54,10 +47,12 @@ def test_softmax_looped(agreement) -> None:
     # every SIMD-group contributing to the shared maxima and sums.
     axis = 5000
     x = mx.array(rng().standard_normal((2, axis)) * 4).astype(mx.float32)
-    kernel = mlx_header("softmax.h").kernel("softmax_looped", template=(mx.float32, mx.float32, 4))
-    out = run_both(kernel, buffers={"in": x, "out": new_buffer(x.shape), "axis_size": axis},
+    built = build(metal_library("utils.h", "softmax.h"), "softmax_looped",
+                  (mx.float32, mx.float32, 4))
+    out = run_both(built.kernel, buffers={"in": x, "out": new_buffer(x.shape), "axis_size": axis},
                  threadgroups=(x.shape[0],), threads_per_threadgroup=(1024,))
-    agreement("softmax_looped<float32>", MLX, out.mx("out"), mx.softmax(x, axis=-1))
+    agreement("softmax_looped<float32>", MLX, out.mx("out"), mx.softmax(x, axis=-1),
+              reference="mx.softmax (CPU)", compile_s=built.compile_s)
 
 
 # --- sdpa_vector.h: function constants, SIMD reductions, threadgroup memory --------------
@@ -99,97 +94,16 @@ def test_sdpa_vector(agreement, variant) -> None:
         sinks = mx.array(rng().standard_normal(hq), dtype=mx.float32)
         constants["has_sinks"] = True
         buffers |= {"sinks": sinks, "num_q_heads": hq}
-    kernel = mlx_header("sdpa_vector.h").kernel("sdpa_vector", template=(mx.float32, d, d),
-                                                constants=constants)
-    out = run_both(kernel, buffers=buffers, threadgroups=(b * hq, q_len, 1),
+    # scaled_dot_product_attention.metal includes utils.h, then sdpa_vector.h, which
+    # declares the function constants.
+    built = build(metal_library("utils.h", "sdpa_vector.h"), "sdpa_vector", (mx.float32, d, d),
+                  constants)
+    out = run_both(built.kernel, buffers=buffers, threadgroups=(b * hq, q_len, 1),
                  threads_per_threadgroup=(1024, 1, 1))
     expected = mx.fast.scaled_dot_product_attention(q, k, v, scale=scale, mask=mask,
                                                     sinks=sinks)
-    agreement(f"sdpa_vector ({variant})", MLX, out.mx("out"), expected)
-
-
-# --- steel GEMM: simdgroup_matrix, function constants, threadgroup memory ----------------
-
-_GEMM_PARAMS = np.dtype(
-    [("M", "i4"), ("N", "i4"), ("K", "i4"), ("lda", "i4"), ("ldb", "i4"), ("ldd", "i4"),
-     ("tiles_n", "i4"), ("tiles_m", "i4"), ("batch_stride_a", "i8"), ("batch_stride_b", "i8"),
-     ("batch_stride_d", "i8"), ("swizzle_log", "i4"), ("gemm_k_iterations_aligned", "i4"),
-     ("batch_ndim", "i4")],
-    align=True,
-)  # steel/gemm/params.h GEMMParams, laid out with C's alignment rules
-
-
-@pytest.mark.parametrize(("batch", "m", "n", "k"), [(1, 64, 64, 32), (2, 45, 38, 37)])
-def test_steel_gemm_fused(agreement, batch, m, n, k) -> None:
-    # MLX's matmul.cpp (steel_matmul_regular): tiles of BM x BN with 32 x WN x WM threads,
-    # one threadgroup per tile and batch element; align_* say whether M, N, K are whole
-    # tiles, has_batch is for batch shapes of more than one dimension.
-    bm, bn, bk, wm, wn = 32, 32, 16, 2, 2
-    g = rng()
-    a = mx.array(g.standard_normal((batch, m, k)), dtype=mx.float32)
-    b = mx.array(g.standard_normal((batch, k, n)), dtype=mx.float32)
-    tiles_n, tiles_m = -(-n // bn), -(-m // bm)
-    params = np.array([(m, n, k, k, n, n, tiles_n, tiles_m, m * k, k * n, m * n, 0, k // bk, 1)],
-                      dtype=_GEMM_PARAMS)
-    lib = mlx_header("steel/gemm/kernels/steel_gemm_fused.h", before=("steel/gemm/gemm.h",))
-    kernel = lib.kernel(
-        "gemm", template=(mx.float32, bm, bn, bk, wm, wn, False, False),
-        constants={"has_batch": False, "use_out_source": False, "do_axpby": False,
-                   "align_M": m % bm == 0, "align_N": n % bn == 0, "align_K": k % bk == 0},
-    )
-    out = run_both(kernel,
-                   buffers={"A": a, "B": b, "D": new_buffer((batch, m, n)), "params": params},
-                 threadgroups=(tiles_n, tiles_m, batch), threads_per_threadgroup=(32, wn, wm))
-    agreement(f"steel gemm {batch}x{m}x{n}x{k}", MLX, out.mx("D"), a @ b)
-
-
-# --- steel attention: flash attention on simdgroup_matrix, function constants -------------
-
-_ATTN_PARAMS = np.dtype(
-    [("B", "i4"), ("H", "i4"), ("D", "i4"), ("qL", "i4"), ("kL", "i4"), ("gqa_factor", "i4"),
-     ("scale", "f4"), ("NQ", "i4"), ("NK", "i4"), ("NQ_aligned", "i4"), ("NK_aligned", "i4"),
-     ("qL_rem", "i4"), ("kL_rem", "i4"), ("qL_off", "i4"), ("Q_strides", "i8", 3),
-     ("K_strides", "i8", 3), ("V_strides", "i8", 3), ("O_strides", "i8", 3)],
-    align=True,
-)  # steel/attn/params.h AttnParams
-
-
-@pytest.mark.parametrize("variant", ["plain", "causal", "sinks"])
-def test_steel_attention(agreement, variant) -> None:
-    # MLX's scaled_dot_product_attention.cpp (full attention): query blocks of BQ rows,
-    # key blocks of BK, WM x WN SIMD-groups; threadgroups (query blocks, heads, batch);
-    # align_Q / align_K say whether the lengths are whole blocks; causal queries are the
-    # last qL of the kL positions (qL_off = kL - qL).
-    b, hq, hkv, q_len, k_len, d = 1, 4, 2, 40, 45, 64
-    bq, bk, wm, wn = 32, 16, 4, 1
-    q, k, v = _sdpa_inputs(b, hq, hkv, q_len, k_len, d)
-    scale = d**-0.5
-    nq, nk = -(-q_len // bq), -(-k_len // bk)
-
-    def strides(x: mx.array) -> tuple[int, int, int]:
-        return (x.shape[1] * x.shape[2] * d, x.shape[2] * d, d)
-
-    params = np.array([(b, hq, d, q_len, k_len, hq // hkv, scale, nq, nk, q_len // bq,
-                        k_len // bk, q_len % bq, k_len % bk, k_len - q_len, strides(q),
-                        strides(k), strides(v), strides(q))], dtype=_ATTN_PARAMS)
-    buffers = {"Q": q, "K": k, "V": v, "O": new_buffer(q.shape), "params": params}
-    sinks = None
-    if variant == "sinks":
-        sinks = mx.array(rng().standard_normal(hq), dtype=mx.float32)
-        buffers["sinks"] = sinks
-    lib = mlx_header("steel/attn/kernels/steel_attention.h", before=("steel/attn/attn.h",))
-    kernel = lib.kernel(
-        "attention", template=(mx.float32, bq, bk, d, d, wm, wn),
-        constants={"align_Q": q_len % bq == 0, "align_K": k_len % bk == 0, "has_mask": False,
-                   "do_causal": variant == "causal", "has_sinks": variant == "sinks",
-                   "save_lse": False},
-    )
-    out = run_both(kernel, buffers=buffers, threadgroups=(nq, hq, b),
-                   threads_per_threadgroup=(32, wm, wn))
-    expected = mx.fast.scaled_dot_product_attention(
-        q, k, v, scale=scale, mask="causal" if variant == "causal" else None, sinks=sinks
-    )
-    agreement(f"steel attention ({variant})", MLX, out.mx("O"), expected)
+    agreement(f"sdpa_vector ({variant})", MLX, out.mx("out"), expected,
+              reference="mx.fast.scaled_dot_product_attention (CPU)", compile_s=built.compile_s)
 
 
 # --- indexing/scatter_axis.h: device atomics ----------------------------------------------
@@ -214,12 +128,13 @@ def test_scatter_axis_atomic(agreement, dtype, op) -> None:
     start = mx.zeros((outer, out_length, inner), dtype=dtype)
     if op == "Max":
         start = mx.full(start.shape, -1e4, dtype=dtype)
-    lib = mlx_header("indexing/scatter_axis.h", before=("atomic.h", "reduction/ops.h"))
+    # As MLX's JIT indexing source: utils.h, atomic.h, the reduction ops, the kernel.
+    lib = metal_library("utils.h", "atomic.h", "reduction/ops.h", "indexing/scatter_axis.h")
     type_name = {mx.float32: "float", mx.int32: "int", mx.float16: "half"}[dtype]
-    kernel = lib.kernel("scatter_axis", template=(dtype, mx.int32, "int64_t",
-                                                  f"{op}<{type_name}>", True, True))
+    built = build(lib, "scatter_axis", (dtype, mx.int32, "int64_t", f"{op}<{type_name}>", True,
+                                         True))
     out = np.array(start)
-    run_both(kernel, buffers={"upd": upd, "indices": idx, "out": out,
+    run_both(built.kernel, buffers={"upd": upd, "indices": idx, "out": out,
                     "shape": np.array([outer, length, inner], np.int32),
                     "upd_strides": np.zeros(3, np.int64), "idx_strides": np.zeros(3, np.int64),
                     "ndim": np.uint64(3), "axis": 1, "out_axis_size": out_length,
@@ -230,7 +145,9 @@ def test_scatter_axis_atomic(agreement, dtype, op) -> None:
     expected = at.add(upd) if op == "Sum" else at.maximum(upd)
     # Updates are multiples of 1/4 and their sums stay small: every order of the atomic
     # additions gives the same bits.
-    agreement(f"scatter_axis {op}<{type_name}>", MLX, out, expected, bitwise=True)
+    agreement(f"scatter_axis {op}<{type_name}>", MLX, out, expected, bitwise=True,
+              reference=f"array.at[].{'add' if op == 'Sum' else 'maximum'} (CPU)",
+              compile_s=built.compile_s)
 
 
 # --- arange.h: buffers bound by position -------------------------------------------------
@@ -240,11 +157,12 @@ def test_scatter_axis_atomic(agreement, dtype, op) -> None:
 def test_arange(agreement, dtype) -> None:
     # arange.h declares its three buffers without [[buffer(n)]]; Metal numbers them 0, 1, 2.
     start, step, size = (2.5, 0.25, 300) if dtype == mx.float32 else (-7, 3, 300)
-    kernel = mlx_header("arange.h").kernel("arange", template=(dtype,))
-    out = run_both(kernel, buffers=[start, step, new_buffer((size,))], grid=(size,),
+    built = build(metal_library("utils.h", "arange.h"), "arange", (dtype,))
+    out = run_both(built.kernel, buffers=[start, step, new_buffer((size,))], grid=(size,),
                  threads_per_threadgroup=(64,))
     expected = mx.arange(start, start + size * step, step, dtype=dtype)
-    agreement(f"arange<{name(dtype)}>", MLX, out.mx("out"), expected)
+    agreement(f"arange<{name(dtype)}>", MLX, out.mx("out"), expected, reference="mx.arange (CPU)",
+              compile_s=built.compile_s)
 
 
 # --- gated_delta_update.h: chunked WY form on simdgroup_matrix, and the sequential form --
@@ -270,19 +188,18 @@ def test_gated_delta_fused_chunk(agreement) -> None:
     # one partial), one SIMD-group per 8 value rows, threads (32, 4, 1).
     s = GDN_SHAPE
     q, k, v, gamma, beta, state = _gated_delta_inputs(*s.values())
-    kernel = mlx_header("gated_delta_update.h").kernel(
-        "gated_delta_fused_chunk", template=(mx.float32, s["dk"], s["dv"], s["hk"], s["hv"], 8),
-        constants={"save_state": False},
-    )
-    out = run_both(kernel,
+    built = build(metal_library("utils.h", "gated_delta_update.h"), "gated_delta_fused_chunk",
+                  (mx.float32, s["dk"], s["dv"], s["hk"], s["hv"], 8), {"save_state": False})
+    out = run_both(built.kernel,
                    buffers={"q": q, "k": k, "v": v, "state_in": state, "g": gamma, "beta": beta,
                             "y": new_buffer(v.shape), "state_out": new_buffer(state.shape),
                             "T": s["t"]},
                    grid=(32, s["dv"] // 8, s["b"] * s["hv"]), threads_per_threadgroup=(32, 4, 1))
     y, final = mx.fast.gated_delta_update(q, k, v, gamma, beta, state)
-    agreement("gated_delta_fused_chunk y", MLX, out.mx("y"), y, atol=1e-4, rtol=1e-3)
+    ref = {"reference": "mx.fast.gated_delta_update (CPU)", "compile_s": built.compile_s}
+    agreement("gated_delta_fused_chunk y", MLX, out.mx("y"), y, atol=1e-4, rtol=1e-3, **ref)
     agreement("gated_delta_fused_chunk state", MLX, out.mx("state_out"), final,
-              atol=1e-4, rtol=1e-3)
+              atol=1e-4, rtol=1e-3, **ref)
 
 
 def test_gated_delta_seq_with_checkpoints(agreement) -> None:
@@ -291,11 +208,9 @@ def test_gated_delta_seq_with_checkpoints(agreement) -> None:
     s, ckpt = GDN_SHAPE, 4
     q, k, v, gamma, beta, state = _gated_delta_inputs(*s.values())
     n_ckpt = -(-s["t"] // ckpt)
-    kernel = mlx_header("gated_delta_update.h").kernel(
-        "gated_delta_seq", template=(mx.float32, s["dk"], s["dv"], s["hk"], s["hv"], ckpt),
-        constants={"save_state": True},
-    )
-    out = run_both(kernel,
+    built = build(metal_library("utils.h", "gated_delta_update.h"), "gated_delta_seq",
+                  (mx.float32, s["dk"], s["dv"], s["hk"], s["hv"], ckpt), {"save_state": True})
+    out = run_both(built.kernel,
                    buffers={"q": q, "k": k, "v": v, "state_in": state, "g": gamma, "beta": beta,
                             "y": new_buffer(v.shape), "state_out": new_buffer(state.shape),
                             "T": s["t"],
@@ -303,8 +218,9 @@ def test_gated_delta_seq_with_checkpoints(agreement) -> None:
                                                        s["dk"]))},
                    grid=(32, s["dv"], s["b"] * s["hv"]), threads_per_threadgroup=(32, 4, 1))
     y, final = mx.fast.gated_delta_update(q, k, v, gamma, beta, state)
-    agreement("gated_delta_seq y", MLX, out.mx("y"), y)
-    agreement("gated_delta_seq state", MLX, out.mx("state_out"), final)
+    ref = {"reference": "mx.fast.gated_delta_update (CPU)", "compile_s": built.compile_s}
+    agreement("gated_delta_seq y", MLX, out.mx("y"), y, **ref)
+    agreement("gated_delta_seq state", MLX, out.mx("state_out"), final, **ref)
     # Slot j holds the state after j * ckpt steps: the final state of the first j * ckpt.
     entry = [state] + [
         mx.fast.gated_delta_update(q[:, :t], k[:, :t], v[:, :t], gamma[:, :t], beta[:, :t],
@@ -312,4 +228,4 @@ def test_gated_delta_seq_with_checkpoints(agreement) -> None:
         for t in range(ckpt, s["t"], ckpt)
     ]
     expected = mx.stack(entry, axis=2).reshape(out["state_cache"].shape)
-    agreement("gated_delta_seq state_cache", MLX, out.mx("state_cache"), expected)
+    agreement("gated_delta_seq state_cache", MLX, out.mx("state_cache"), expected, **ref)
