@@ -4,8 +4,11 @@ Slot ``n`` of the table holds the address of ``[[buffer(n)]]``; slot
 ``THREADGROUP_SLOT_BASE + n`` the offset of ``[[threadgroup(n)]]`` in the group's
 threadgroup memory (those arguments sit at its start, in index order). Fresh buffers are
 made here (poisoned or filled); bound ones are used in place (as numpy views of mx
-arrays, made row-contiguous where the kernel wants that); buffers the body form derives
-from an input (its shape, strides, ndim) are computed from that input.
+arrays, made row-contiguous where the kernel wants that) unless they start off Metal's
+16-byte alignment (MLX's CPU arrays may start at any multiple of 8): those run on an
+aligned copy that is written back, since the kernel's vector loads assume alignment.
+Buffers the body form derives from an input (its shape, strides, ndim) are computed from
+that input.
 """
 
 from __future__ import annotations
@@ -16,8 +19,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ...buffers import allocate, initialise, numpy_view
+from ...buffers import allocate, byte_span, initialise, numpy_view
 from ...dispatch import Bound, Dispatch, Fresh, Param, Program
+from .arena import ALIGN
 from .sources import THREADGROUP_SLOT_BASE
 
 __all__ = ["Memory"]
@@ -38,6 +42,18 @@ def _view(bound: Bound) -> np.ndarray:
     return view
 
 
+def _aligned_copy(view: np.ndarray) -> np.ndarray:
+    """`view`'s bytes copied to memory that starts on an `ALIGN` boundary, with the same
+    layout (strides, and element 0 at the same offset into its span)."""
+    lo, hi = byte_span(view)
+    raw = np.empty(hi - lo + ALIGN, np.uint8)
+    start = -raw.ctypes.data % ALIGN
+    raw[start : start + hi - lo] = np.ctypeslib.as_array((ctypes.c_uint8 * (hi - lo))
+                                                         .from_address(lo))
+    return np.ndarray(view.shape, view.dtype, buffer=raw, offset=start + view.ctypes.data - lo,
+                      strides=view.strides)
+
+
 @dataclass
 class Memory:
     """The arrays of one attempt at a dispatch, and the table that points at them."""
@@ -48,6 +64,8 @@ class Memory:
     # gives views of the memory it shares with mtwork.
     place: Callable[[int, Fresh], np.ndarray] | None = None
     arrays: dict[int, np.ndarray] = field(default_factory=dict)  # by buffer index
+    # The caller's memory of bound buffers that run on an aligned copy, by buffer index.
+    detached: dict[int, np.ndarray] = field(default_factory=dict)
     table: ctypes.Array = field(init=False)
     threadgroup_bytes: int = field(init=False)  # taken by [[threadgroup(n)]] arguments
 
@@ -59,7 +77,11 @@ class Memory:
                                       if self.place is None else
                                       initialise(self.place(index, buf), buf.dtype, buf.fill))
             else:
-                self.arrays[index] = _view(buf)
+                view = _view(buf)
+                if view.size and view.ctypes.data % ALIGN:
+                    self.detached[index] = view
+                    view = _aligned_copy(view)
+                self.arrays[index] = view
         for p in self.program.params:
             if p.derived is not None:
                 kind, source = p.derived
@@ -88,15 +110,24 @@ class Memory:
             return "fresh"
         return "writable" if buf is not None and buf.writable else "input"
 
-    def written(self) -> dict[int, np.ndarray]:
-        """The buffers a caller gets back: fresh ones and writable bound ones."""
-        return {p.index: self.arrays[p.index] for p in self.program.params  # type: ignore
+    def _returned(self) -> list[int]:
+        return [p.index for p in self.program.params  # type: ignore[misc]
                 if p.kind == "buffer" and p.index in self.arrays
-                and self.kind(p) in ("fresh", "writable")}
+                and self.kind(p) in ("fresh", "writable")]
+
+    def written(self) -> dict[int, np.ndarray]:
+        """The buffers a caller gets back: fresh ones and writable bound ones. Buffers that
+        ran on an aligned copy are first copied back into the caller's memory, every one
+        of them: a kernel may write through a pointer it was given read-only, as on a GPU
+        (the metal backend's wrapper writes its inputs so)."""
+        for index, original in self.detached.items():
+            if original.flags.writeable:
+                np.copyto(original, self.arrays[index])
+        return {i: self.detached.get(i, self.arrays[i]) for i in self._returned()}
 
     def snapshot(self) -> dict[int, np.ndarray]:
         """Copies of the writable bound buffers, to undo an attempt that must run again."""
-        return {i: a.copy() for i, a in self.written().items()
+        return {i: self.arrays[i].copy() for i in self._returned()
                 if not isinstance(self.dispatch.buffers.get(i), Fresh)}
 
     def restore(self, saved: dict[int, np.ndarray]) -> None:

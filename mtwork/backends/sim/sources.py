@@ -25,7 +25,7 @@ from .launcher import LaunchParam, launcher_source
 from .rewrite import rewrite_msl
 from .translation import Translation
 
-__all__ = ["THREADGROUP_SLOT_BASE", "for_emulator", "translation_unit"]
+__all__ = ["THREADGROUP_SLOT_BASE", "for_emulator", "rewriters_digest", "translation_unit"]
 
 # [[threadgroup(n)]] offsets follow the buffers in the launcher's table.
 THREADGROUP_SLOT_BASE = MAX_BUFFER_INDEX + 1
@@ -63,14 +63,15 @@ class SourceTree:
 
 
 @cache
-def _rewriters_digest() -> str:
+def rewriters_digest() -> str:
+    """A digest of the code that rewrites sources: a change to it rewrites them anew."""
     return _digest(*(p.read_text() for p in _REWRITERS))
 
 
 def source_tree(program: Program) -> SourceTree:
     """Writes (once per content) the rewritten copy of `program`'s files."""
     src = program.sources
-    parts = [_rewriters_digest(), src.label, src.text, str(src.path)]
+    parts = [rewriters_digest(), src.label, src.text, str(src.path)]
     for path, text in sorted(src.files):
         parts += [str(path), text]
     root = cache_dir() / "sources" / _digest(*parts, *map(str, src.search_dirs))
