@@ -164,6 +164,7 @@ class SimBackend:
             if sanitizing is not None:
                 report = findings.report(program.label, compiled.translation,
                                          compiled.library.path, sanitizing, memory)
+            memory.settle()
             return Completion(memory.written(), report, used)
 
     def _run(self, program: Program, compiled: _Compiled, memory: Memory, call: Dispatch,

@@ -6,6 +6,12 @@ threadgroup memory (those arguments sit at its start, in index order). Fresh buf
 made here (poisoned or filled); bound ones are used in place (as numpy views of mx
 arrays, made row-contiguous where the kernel wants that); buffers the body form derives
 from an input (its shape, strides, ndim) are computed from that input.
+
+Every buffer starts at a multiple of 16 bytes, as Metal's do: vector loads of a buffer
+cast to ``float4 *`` need it (an aligned SSE load of a misaligned address faults). Bound
+memory that starts elsewhere (an mx array's data sits 8 bytes past an alignment on
+MLX's CPU allocator) runs on an aligned copy, copied back afterwards (`settle`), so a
+kernel that writes through it writes the caller's memory as on Metal.
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ import numpy as np
 
 from ...buffers import allocate, initialise, numpy_view
 from ...dispatch import Bound, Dispatch, Fresh, Param, Program
+from .arena import ALIGN
 from .sources import THREADGROUP_SLOT_BASE
 
 __all__ = ["Memory"]
@@ -38,6 +45,15 @@ def _view(bound: Bound) -> np.ndarray:
     return view
 
 
+def _aligned_copy(view: np.ndarray) -> np.ndarray:
+    """A C-contiguous copy of `view` whose data starts at a multiple of `ALIGN`."""
+    raw = np.empty(view.nbytes + ALIGN, dtype=np.uint8)
+    skip = -raw.ctypes.data % ALIGN
+    out = raw[skip:skip + view.nbytes].view(view.dtype).reshape(view.shape)
+    out[...] = view
+    return out
+
+
 @dataclass
 class Memory:
     """The arrays of one attempt at a dispatch, and the table that points at them."""
@@ -48,6 +64,8 @@ class Memory:
     # gives views of the memory it shares with mtwork.
     place: Callable[[int, Fresh], np.ndarray] | None = None
     arrays: dict[int, np.ndarray] = field(default_factory=dict)  # by buffer index
+    # Bound memory that did not start aligned, by index: `arrays` holds an aligned copy.
+    misaligned: dict[int, np.ndarray] = field(default_factory=dict)
     table: ctypes.Array = field(init=False)
     threadgroup_bytes: int = field(init=False)  # taken by [[threadgroup(n)]] arguments
 
@@ -59,7 +77,7 @@ class Memory:
                                       if self.place is None else
                                       initialise(self.place(index, buf), buf.dtype, buf.fill))
             else:
-                self.arrays[index] = _view(buf)
+                self.arrays[index] = self._aligned(index, _view(buf))
         for p in self.program.params:
             if p.derived is not None:
                 kind, source = p.derived
@@ -75,6 +93,19 @@ class Memory:
             self.table[THREADGROUP_SLOT_BASE + index] = offset
             offset += size
         self.threadgroup_bytes = offset
+
+    def _aligned(self, index: int, view: np.ndarray) -> np.ndarray:
+        """`view`, or an aligned copy of it (one copy for memory bound at several
+        indices, which stays one buffer)."""
+        if not (view.size and view.flags.c_contiguous and view.ctypes.data % ALIGN):
+            return view
+        same = [i for i, o in self.misaligned.items()
+                if (o.ctypes.data, o.nbytes) == (view.ctypes.data, view.nbytes)]
+        self.misaligned[index] = view
+        if same:
+            shared = self.arrays[same[0]].reshape(-1).view(np.uint8)
+            return shared.view(view.dtype).reshape(view.shape)
+        return _aligned_copy(view)
 
     def kind(self, p: Param) -> str:
         """"fresh", "writable" (bound, written in place), "input" or "internal"."""
@@ -95,6 +126,16 @@ class Memory:
         """Copies of the writable bound buffers, to undo an attempt that must run again."""
         return {i: a.copy() for i, a in self.written().items()
                 if not isinstance(self.dispatch.buffers.get(i), Fresh)}
+
+    def settle(self) -> None:
+        """Copies what the kernel left in the aligned copies back to the caller's memory
+        (written through a pointer, as the kernel wrote it: an mx array's numpy view may
+        be marked read-only), and puts that memory back in `arrays`."""
+        for index, original in self.misaligned.items():
+            ctypes.memmove(original.ctypes.data, self.arrays[index].ctypes.data,
+                           original.nbytes)
+            self.arrays[index] = original
+        self.misaligned.clear()
 
     def restore(self, saved: dict[int, np.ndarray]) -> None:
         for index, copy in saved.items():
