@@ -80,8 +80,9 @@ def _template_lines(signature: KernelSignature, template_args: Sequence[str]) ->
         text = given.get(p.name, p.default)
         if p.is_type:
             lines.append(f"  using {p.name} = {text};")
-        elif "(*)" in p.kind:  # a function-pointer parameter
-            lines.append(f"  constexpr auto {p.name} = {text};")
+        elif "(*)" in p.kind:  # a function pointer, typed: the function may be a template
+            declarator = p.kind.replace("(*)", f"(*{p.name})", 1)
+            lines.append(f"  constexpr {declarator} = {text};")
         else:
             lines.append(f"  constexpr {p.kind} {p.name} = {text};")
     return lines
