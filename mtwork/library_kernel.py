@@ -279,6 +279,13 @@ class Kernel:
         bound = {p.index: bind(p, value, self.element_info(p),
                                f"{_describe(p)} of `{self.name}`")
                  for p, value in chosen.values()}
+        # One mx array at several indices stays one buffer (its copy is shared), as a
+        # numpy array does: one MTLBuffer bound twice has one address.
+        copies: dict[int, Any] = {}
+        for p, value in chosen.values():
+            if isinstance(value, mx.array):
+                first = copies.setdefault(id(value), bound[p.index].array)  # type: ignore
+                bound[p.index] = dataclasses.replace(bound[p.index], array=first)  # type: ignore
         return Dispatch(bound, shape, options(sanitize=sanitize, timeout=timeout,
                                               isolate=isolate, profile=profile),
                         self._threadgroup_sizes(threadgroup_memory))
@@ -300,7 +307,9 @@ class Kernel:
         """Dispatches the kernel and returns its writable buffers.
 
         `buffers`: by ``[[buffer(n)]]`` index or parameter name (a sequence binds indices
-        0, 1, ...). `threadgroup_memory`: bytes for each ``[[threadgroup(n)]]`` argument.
+        0, 1, ...); one array given at several indices is one buffer with one address, as
+        one ``MTLBuffer`` bound twice. `threadgroup_memory`: bytes for each
+        ``[[threadgroup(n)]]`` argument.
         Give `threadgroups` (``dispatchThreadgroups``: how many threadgroups) or `grid`
         (``dispatchThreads``: how many threads; edge threadgroups are partial), and
         `threads_per_threadgroup`. `timeout`: the sim watchdog, in seconds. `sanitize`:

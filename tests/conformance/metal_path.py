@@ -68,9 +68,17 @@ def registered() -> str:
 
 
 def _copied(buffers: Any) -> Any:
-    """The buffers with every numpy array copied (a kernel may write them in place)."""
+    """The buffers with every numpy array copied (a kernel may write them in place); one
+    memory given at several indices stays one memory (one copy, viewed alike)."""
+    copies: dict[tuple[int, int], np.ndarray] = {}
+
     def copy(value: Any) -> Any:
-        return value.copy() if isinstance(value, np.ndarray) else value
+        if not isinstance(value, np.ndarray):
+            return value
+        key = (value.ctypes.data, value.nbytes)
+        if key not in copies:
+            copies[key] = value.copy()
+        return copies[key].view(value.dtype).reshape(value.shape)
 
     if isinstance(buffers, dict):
         return {k: copy(v) for k, v in buffers.items()}

@@ -78,7 +78,13 @@ KERNEL_DEFINES = ("-D__METAL_VERSION__=320", "-DMLX_METAL_JIT", "-D__HAVE_MTWORK
 # the runtime says where each fiber's is): a thread-private array indexed out of bounds,
 # which the GPU tolerates (MLX's layer_norm writes below one), then overwrites the
 # thread's own scratch rather than a return address (see runtime/fiber.h).
-KERNEL_FLAGS = ("-fsanitize=safe-stack", "-mllvm", "-safestack-use-pointer-address")
+#
+# Vector loads and stores through pointers assume 4-byte alignment only (the types keep
+# their layout: float4 is still 16-aligned in a struct): Apple GPUs access a float4 at any
+# 4-byte boundary, and kernels rely on it (llama.cpp's mul_mm stores float4 rows of a
+# dst whose rows are 70 floats), where an aligned x86 vector move would fault.
+KERNEL_FLAGS = ("-fsanitize=safe-stack", "-mllvm", "-safestack-use-pointer-address",
+                "-fmax-type-align=4")
 
 _build_lock = threading.Lock()
 

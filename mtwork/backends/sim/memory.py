@@ -4,11 +4,15 @@ Slot ``n`` of the table holds the address of ``[[buffer(n)]]``; slot
 ``THREADGROUP_SLOT_BASE + n`` the offset of ``[[threadgroup(n)]]`` in the group's
 threadgroup memory (those arguments sit at its start, in index order). Fresh buffers are
 made here (poisoned or filled); bound ones are used in place (as numpy views of mx
-arrays, made row-contiguous where the kernel wants that) unless they start off Metal's
-16-byte alignment (MLX's CPU arrays may start at any multiple of 8): those run on an
-aligned copy that is written back, since the kernel's vector loads assume alignment.
-Buffers the body form derives from an input (its shape, strides, ndim) are computed from
-that input.
+arrays, made row-contiguous where the kernel wants that); buffers the body form derives
+from an input (its shape, strides, ndim) are computed from that input.
+
+Every buffer starts at a multiple of 16 bytes, as Metal's do: vector loads of a buffer
+cast to ``float4 *`` need it (an aligned SSE load of a misaligned address faults). Bound
+memory that starts elsewhere (an mx array's data sits 8 bytes past an alignment on
+MLX's CPU allocator) runs on an aligned copy of the bytes it spans (strided views keep
+their layout), copied back afterwards (`settle`), so a kernel that writes through it
+writes the caller's memory as on Metal; memory bound at several indices stays one copy.
 """
 
 from __future__ import annotations
@@ -43,14 +47,15 @@ def _view(bound: Bound) -> np.ndarray:
 
 
 def _aligned_copy(view: np.ndarray) -> np.ndarray:
-    """`view`'s bytes copied to memory that starts on an `ALIGN` boundary, with the same
-    layout (strides, and element 0 at the same offset into its span)."""
+    """A copy of the bytes `view` spans, placed so that its element 0 starts on an `ALIGN`
+    boundary, and `view`'s layout over that copy."""
     lo, hi = byte_span(view)
+    lead = view.ctypes.data - lo  # bytes before element 0 (a reversed view's)
     raw = np.empty(hi - lo + ALIGN, np.uint8)
-    start = -raw.ctypes.data % ALIGN
-    raw[start : start + hi - lo] = np.ctypeslib.as_array((ctypes.c_uint8 * (hi - lo))
-                                                         .from_address(lo))
-    return np.ndarray(view.shape, view.dtype, buffer=raw, offset=start + view.ctypes.data - lo,
+    start = -(raw.ctypes.data + lead) % ALIGN
+    raw[start:start + hi - lo] = np.ctypeslib.as_array((ctypes.c_uint8 * (hi - lo))
+                                                       .from_address(lo))
+    return np.ndarray(view.shape, view.dtype, buffer=raw, offset=start + lead,
                       strides=view.strides)
 
 
@@ -64,8 +69,8 @@ class Memory:
     # gives views of the memory it shares with mtwork.
     place: Callable[[int, Fresh], np.ndarray] | None = None
     arrays: dict[int, np.ndarray] = field(default_factory=dict)  # by buffer index
-    # The caller's memory of bound buffers that run on an aligned copy, by buffer index.
-    detached: dict[int, np.ndarray] = field(default_factory=dict)
+    # Bound memory that did not start aligned, by index: `arrays` holds an aligned copy.
+    misaligned: dict[int, np.ndarray] = field(default_factory=dict)
     table: ctypes.Array = field(init=False)
     threadgroup_bytes: int = field(init=False)  # taken by [[threadgroup(n)]] arguments
 
@@ -77,11 +82,7 @@ class Memory:
                                       if self.place is None else
                                       initialise(self.place(index, buf), buf.dtype, buf.fill))
             else:
-                view = _view(buf)
-                if view.size and view.ctypes.data % ALIGN:
-                    self.detached[index] = view
-                    view = _aligned_copy(view)
-                self.arrays[index] = view
+                self.arrays[index] = self._aligned(index, _view(buf))
         for p in self.program.params:
             if p.derived is not None:
                 kind, source = p.derived
@@ -101,6 +102,21 @@ class Memory:
             offset += size
         self.threadgroup_bytes = offset
 
+    def _aligned(self, index: int, view: np.ndarray) -> np.ndarray:
+        """`view`, or an aligned copy of it (one copy for memory bound at several
+        indices, which stays one buffer)."""
+        if not (view.size and view.ctypes.data % ALIGN):
+            return view
+        same = next((i for i, o in self.misaligned.items()
+                     if byte_span(o) == byte_span(view)), None)
+        self.misaligned[index] = view
+        if same is None:
+            return _aligned_copy(view)
+        shared, original = self.arrays[same], self.misaligned[same]
+        return np.ndarray(view.shape, view.dtype, buffer=shared.base,
+                          offset=shared.ctypes.data - shared.base.ctypes.data
+                          + view.ctypes.data - original.ctypes.data, strides=view.strides)
+
     def kind(self, p: Param) -> str:
         """"fresh", "writable" (bound, written in place), "input" or "internal"."""
         if p.derived is not None:
@@ -116,19 +132,28 @@ class Memory:
                 and self.kind(p) in ("fresh", "writable")]
 
     def written(self) -> dict[int, np.ndarray]:
-        """The buffers a caller gets back: fresh ones and writable bound ones. Buffers that
-        ran on an aligned copy are first copied back into the caller's memory, every one
-        of them: a kernel may write through a pointer it was given read-only, as on a GPU
-        (the metal backend's wrapper writes its inputs so)."""
-        for index, original in self.detached.items():
-            if original.flags.writeable:
-                np.copyto(original, self.arrays[index])
-        return {i: self.detached.get(i, self.arrays[i]) for i in self._returned()}
+        """The buffers a caller gets back: fresh ones and writable bound ones (aligned
+        copies settled first)."""
+        self.settle()
+        return {i: self.arrays[i] for i in self._returned()}
 
     def snapshot(self) -> dict[int, np.ndarray]:
         """Copies of the writable bound buffers, to undo an attempt that must run again."""
         return {i: self.arrays[i].copy() for i in self._returned()
                 if not isinstance(self.dispatch.buffers.get(i), Fresh)}
+
+    def settle(self) -> None:
+        """Copies what the kernel left in the aligned copies back to the caller's memory,
+        every one of them: a kernel may write through a pointer it was given read-only, as
+        on a GPU (the metal backend's wrapper writes its inputs so); written through a
+        pointer, since an mx array's numpy view may be marked read-only. Puts that memory
+        back in `arrays`."""
+        for index, original in self.misaligned.items():
+            lo, hi = byte_span(original)
+            copy_lo = byte_span(self.arrays[index])[0]
+            ctypes.memmove(lo, copy_lo, hi - lo)
+            self.arrays[index] = original
+        self.misaligned.clear()
 
     def restore(self, saved: dict[int, np.ndarray]) -> None:
         for index, copy in saved.items():

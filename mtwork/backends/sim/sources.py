@@ -34,6 +34,9 @@ THREADGROUP_SLOT_BASE = MAX_BUFFER_INDEX + 1
 _REWRITERS = (Path(__file__).with_name("rewrite.py"),
               *sorted((Path(__file__).parents[2] / "msl").glob("*.py")))
 _tree_lock = threading.Lock()
+# Metal declares its scalar and vector types before any include (llama.cpp's
+# ggml-metal-impl.h uses int32_t before <metal_stdlib>): the shim's types come first.
+_METAL_TYPES = "#include <metal_types>\n"
 
 
 def for_emulator(text: str) -> str:
@@ -119,5 +122,5 @@ def translation_unit(program: Program) -> tuple[Translation, SourceTree]:
     if prelude and not prelude.endswith("\n"):
         prelude += "\n"
     launcher = launcher_source(program.function, [_launch_param(p) for p in program.params])
-    text = f'{program.defines}{prelude}#include "{main}"\n{launcher}'
+    text = f'{_METAL_TYPES}{program.defines}{prelude}#include "{main}"\n{launcher}'
     return Translation(text, program.sources, tree.root), tree
