@@ -64,7 +64,8 @@ def estimate_of(built: Any, inputs: Sequence[Any], chip: Chip
     A profiled run that fails, or a launch `chip` could not run, leaves a reason, not an
     exception: the timed runs stand on their own."""
     if not isinstance(built, (Launch, LibraryLaunch)):
-        return None, None, "not modelled: build returned a plain callable, not a Launch"
+        return None, None, ("not modelled: a plain callable, not a Launch (the profiler "
+                            "runs Launches)")
     try:
         counters = counters_of(built, inputs)
     except (KernelCancelled, UnknownParameterError):

@@ -44,8 +44,6 @@ class SweepInterrupted(KeyboardInterrupt):
         self.result = result
 
 
-
-
 @dataclass
 class Record:
     """What happened to one configuration."""
@@ -227,8 +225,7 @@ class SweepResult:
         """The objective to rank by and whether higher is better (None: the sweep's)."""
         if objective is None:
             objective = self.objective
-            if (objective == MODELLED and self.default_objective
-                    and not any(r.estimate is not None for r in self.records)):
+            if objective == MODELLED and self.default_objective and not self._any_modelled:
                 objective = "time"  # plain callables: nothing to model
         if maximize is None:
             maximize = self.maximize if objective == self.objective else False
@@ -306,11 +303,18 @@ class SweepResult:
         return lines
 
     @property
+    def _any_modelled(self) -> bool:
+        return any(r.estimate is not None for r in self.records)
+
+    @property
     def _gpu_clock(self) -> bool:
         return self.clock.backend == "metal"
 
     def _model_line(self, objective: str) -> str:
         assert self.chip is not None
+        if not self._any_modelled:
+            notes = [r.model_note for r in self.ok if r.model_note]
+            return f"ranked by {objective}; {notes[0] if notes else 'not modelled'}"
         if objective == MODELLED:
             return (f"ranked by {model_label(self.chip)}; the times measured are "
                     f"{self.clock.label}")
@@ -339,6 +343,7 @@ class SweepResult:
         times = [r.time for r in self.ok if r.time is not None]
         unit = TimeUnit.for_seconds(min(times)) if times else TimeUnit("s", 1.0)
         rows = []
+        modelled = self._any_modelled  # else the headline says once why nothing is
         for r in order:
             m = r.measurement
             cells = [value_text(r.config[p]) for p in self.parameters] + [r.status]
@@ -349,8 +354,8 @@ class SweepResult:
                 cells += [unit.format(m.median), unit.format(m.min), cv]
             cells += self._model_cells(r)
             cells += [f"{r.metrics[k]:.4g}" if k in r.metrics else "—" for k in metric_names]
-            note = r.short_message or (r.model_note if r.ok and r.model_note else "") or (
-                "from cache" if r.cached else "")
+            note = r.short_message or (r.model_note if modelled and r.ok and r.model_note
+                                       else "") or ("from cache" if r.cached else "")
             cells += [r.check, note]
             rows.append((cells, r.status))
         return header, rows
