@@ -255,3 +255,25 @@ def test_the_gpu_comes_from_mtwork_gpu_or_the_environment(monkeypatch) -> None:
         sweep(pair_build, {"a": [1]}, gpu="M9 Giga", progress=False)
     with pytest.raises(TypeError, match="gpu= takes a chip name"):
         sweep(pair_build, {"a": [1]}, gpu=3, progress=False)
+
+
+def test_each_passing_setting_is_profiled_once_and_a_cached_one_not_again(monkeypatch,
+                                                                          tmp_path) -> None:
+    from mtwork import modelled
+
+    profiled = []
+    real = modelled.counters_of
+
+    def counting(built, inputs=()):
+        profiled.append(built.template)
+        return real(built, inputs)
+
+    monkeypatch.setattr(modelled, "counters_of", counting)
+    space = {"tile": [0, 8, 16]}
+    cache = tmp_path / "once.jsonl"
+    first = sweep(transpose, space, cache=cache, key="t4", **KW)
+    assert len(profiled) == 3 and all(r.estimate for r in first.records)
+    profiled.clear()
+    again = sweep(transpose, space, cache=cache, key="t4", **KW)
+    assert profiled == [] and [r.modelled for r in again.records] == [
+        r.modelled for r in first.records]
