@@ -23,8 +23,8 @@ from .gpu.model import Estimate, estimate
 from .kernel import Launch
 from .library_kernel import LibraryLaunch
 
-__all__ = ["MODELLED", "GpuChoice", "chip_for", "counters_of", "estimate_for", "estimate_of",
-           "model_label", "model_ratio"]
+__all__ = ["MODELLED", "GpuChoice", "chip_for", "counters_from", "counters_of", "estimate_for",
+           "estimate_of", "model_label", "model_ratio"]
 
 GpuChoice = Chip | str | bool | None
 MODELLED = "modelled"  # the objective: modelled time on the chosen chip, in seconds
@@ -87,6 +87,17 @@ def estimate_for(counters: Counters | None, chip: Chip | None
         return estimate(counters, chip), None
     except ValueError as exc:
         return None, f"not modelled: {exc}"
+
+
+def counters_from(data: Any) -> tuple[Counters | None, str | None]:
+    """Counters kept as `Counters.to_dict` (a sweep's cache file), or why they do not read
+    (written by another version of the counters): None and the reason, not an error."""
+    if data is None:
+        return None, None
+    try:
+        return Counters.from_dict(data), None
+    except (TypeError, ValueError) as exc:
+        return None, f"not modelled: the cached counters do not read ({exc})"
 
 
 def model_ratio(measured: float | None, estimated: Estimate | None) -> float | None:

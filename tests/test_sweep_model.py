@@ -124,6 +124,12 @@ def test_an_old_cache_file_without_the_model_still_loads(tmp_path) -> None:
     assert all(r.cached and r.ok and r.estimate is None for r in again.records)
     assert again.best().config == again.best("time").config  # nothing to model: measured
     assert "—" in str(again)
+    # counters of another shape (another version's) load as no counters, and say so
+    old[0]["counters"] = {"kernel": "k", "threadgroups": 1, "wavefronts": 3}
+    cache.write_text("".join(json.dumps(e) + "\n" for e in old))
+    odd = sweep(transpose, {"tile": [0, 16]}, cache=cache, key="t2", **KW)
+    assert odd.records[0].cached and odd.records[0].counters is None
+    assert "unknown key 'wavefronts'" in odd.records[0].model_note
 
 
 def test_an_interrupted_sweep_keeps_the_model_of_what_finished(tmp_path) -> None:

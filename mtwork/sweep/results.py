@@ -12,7 +12,7 @@ from ..errors import SweepError
 from ..gpu.chips import Chip
 from ..gpu.counters import Counters
 from ..gpu.model import Estimate
-from ..modelled import MODELLED, estimate_for, model_label, model_ratio
+from ..modelled import MODELLED, counters_from, estimate_for, model_label, model_ratio
 from ..oracle import DiffReport
 from ..run import FAILED, Outcome, Status
 from ..timing import Clock, Measurement
@@ -148,8 +148,7 @@ class Record:
         """The record a cache entry holds; its counters (entries written before sweeps
         modelled have none) are modelled on `chip`."""
         m = data.get("measurement")
-        counters = None if data.get("counters") is None else Counters.from_dict(
-            data["counters"])
+        counters, unread = counters_from(data.get("counters"))
         estimated, reason = estimate_for(counters, chip)
         return cls(
             config=config,
@@ -164,7 +163,7 @@ class Record:
             key=data["key"],
             counters=counters,
             estimate=estimated,
-            model_note=reason or data.get("model_note"),
+            model_note=unread or reason or data.get("model_note"),
         )
 
 
