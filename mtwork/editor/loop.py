@@ -245,7 +245,8 @@ class EditLoop:
         self.worker.drop_pending()
         if self.phase in (*_RUNNING_PHASES, "compiling"):
             self._cancelled.set()
-            cancel_backend("sim" if self.sanitize else self.backend)
+            on_sim = self.sanitize or self.phase == "modelling"  # on sim, whatever the backend
+            cancel_backend("sim" if on_sim else self.backend)
 
     def wait(self, timeout: float | None = None) -> Outcome | None:
         """Wait until background work is done; returns the last outcome."""
