@@ -36,6 +36,7 @@ from ..errors import CompileError, KernelCancelled, KernelFault
 from ..families import KernelSpec
 from ..kernel import MetalKernel
 from ..library_kernel import Kernel, LibraryLaunch
+from ..modelled import GpuChoice, chip_for
 from ..run import Runner
 from ..sanitizer import SanitizerReport
 from ..sweep import Config, SweepInterrupted, SweepResult, sweep
@@ -53,7 +54,7 @@ Listener = Callable[[Event], None]
 Build = Callable[[Config], Any]  # an mtwork.Launch or a full-source kernel.launch(...)
 
 DEFAULT_TIMEOUT = 30.0  # seconds a kernel may run on sim, unless $MTWORK_TIMEOUT says
-_RUNNING_PHASES = ("running", "checking", "timing", "sweeping")
+_RUNNING_PHASES = ("running", "checking", "timing", "modelling", "sweeping")
 _FINDING_LINE = re.compile(r"^(?P<file>[^\s:]+):(?P<line>\d+)")
 
 
@@ -75,6 +76,8 @@ class EditLoop:
     - `sanitize`: check every run with the sanitizer (on sim; not timed); its findings
       become diagnostics at their lines and the outcome's status "unsafe".
     - `bench_rounds`, `bench_warmup`: timing after a correct run (0 rounds: no timing).
+    - `gpu`: the Apple GPU a correct run is modelled on (one profiled run: its modelled
+      time and bound), and the Sweep ranks by (see `mtwork.sweep`); False: no model.
     """
 
     def __init__(
@@ -91,6 +94,7 @@ class EditLoop:
         sanitize: bool = False,
         bench_rounds: int = 3,
         bench_warmup: int = 1,
+        gpu: GpuChoice = None,
     ):
         self.target = Target(kernel)
         self.build = build
@@ -102,6 +106,7 @@ class EditLoop:
         self.timeout = timeout if timeout is not None else env_timeout() or DEFAULT_TIMEOUT
         self.bench_rounds = bench_rounds
         self.bench_warmup = bench_warmup
+        self.chip = chip_for(gpu)
         self.last: Outcome | None = None
         self.last_good: Outcome | None = None
         self.last_sweep: SweepResult | None = None
@@ -112,7 +117,7 @@ class EditLoop:
         self._runner = Runner(inputs=self.inputs, oracle=oracle, diff_options=self.diff_options,
                               backend=self.backend, rounds=bench_rounds, warmup=bench_warmup,
                               names=self.target.output_names, on_phase=self._set_phase,
-                              sanitize="report" if sanitize else None)
+                              sanitize="report" if sanitize else None, chip=self.chip)
         self._listeners: list[Listener] = []
         self.worker = Worker()
         self._materialize_inputs()
@@ -158,7 +163,7 @@ class EditLoop:
         self._emit("texts")
 
     def _stop_stale(self) -> None:
-        if self.phase in ("running", "checking", "timing"):
+        if self.phase in ("running", "checking", "timing", "modelling"):
             self.cancel()
 
     @property
@@ -240,7 +245,8 @@ class EditLoop:
         self.worker.drop_pending()
         if self.phase in (*_RUNNING_PHASES, "compiling"):
             self._cancelled.set()
-            cancel_backend("sim" if self.sanitize else self.backend)
+            on_sim = self.sanitize or self.phase == "modelling"  # on sim, whatever the backend
+            cancel_backend("sim" if on_sim else self.backend)
 
     def wait(self, timeout: float | None = None) -> Outcome | None:
         """Wait until background work is done; returns the last outcome."""
@@ -275,6 +281,7 @@ class EditLoop:
                     key=hashlib.sha256(f"{source}\0{header}".encode()).hexdigest(),
                     backend=self.backend, rounds=rounds, warmup=warmup, progress=False,
                     skip_compile_errors=skip_compile_errors,
+                    gpu=False if self.chip is None else self.chip,
                 )
             except SweepInterrupted as stopped:
                 result = stopped.result
@@ -359,7 +366,7 @@ class EditLoop:
         result = self._runner.run(launch, config)
         fields: dict[str, Any] = {"diffs": tuple(result.diffs),
                                   "measurement": result.measurement,
-                                  "sanitizer": result.sanitizer}
+                                  "sanitizer": result.sanitizer, "estimate": result.estimate}
         if result.sanitizer is not None and not result.sanitizer.ok:
             fields["status"] = "unsafe"
             fields["diagnostics"] = tuple(self._finding_diagnostics(result.sanitizer))
