@@ -19,7 +19,6 @@ import dataclasses
 import hashlib
 import itertools
 import logging
-import re
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -36,13 +35,12 @@ from ..errors import CompileError, KernelCancelled, KernelFault
 from ..families import KernelSpec
 from ..kernel import MetalKernel
 from ..library_kernel import Kernel, LibraryLaunch
-from ..modelled import GpuChoice, chip_for
+from ..modelled import GpuChoice, chip_for, estimate_of
 from ..run import Runner
-from ..sanitizer import SanitizerReport
 from ..sweep import Config, SweepInterrupted, SweepResult, sweep
 from ..timing import output_arrays
 from .background import Worker
-from .diagnostics import Diagnostic, parse_diagnostics
+from .diagnostics import finding_diagnostics, parse_diagnostics
 from .knobs import Knobs
 from .outcome import Outcome
 from .targets import Target
@@ -55,7 +53,6 @@ Build = Callable[[Config], Any]  # an mtwork.Launch or a full-source kernel.laun
 
 DEFAULT_TIMEOUT = 30.0  # seconds a kernel may run on sim, unless $MTWORK_TIMEOUT says
 _RUNNING_PHASES = ("running", "checking", "timing", "modelling", "sweeping")
-_FINDING_LINE = re.compile(r"^(?P<file>[^\s:]+):(?P<line>\d+)")
 
 
 class EditLoop:
@@ -117,7 +114,7 @@ class EditLoop:
         self._runner = Runner(inputs=self.inputs, oracle=oracle, diff_options=self.diff_options,
                               backend=self.backend, rounds=bench_rounds, warmup=bench_warmup,
                               names=self.target.output_names, on_phase=self._set_phase,
-                              sanitize="report" if sanitize else None, chip=self.chip)
+                              sanitize="report" if sanitize else None)
         self._listeners: list[Listener] = []
         self.worker = Worker()
         self._materialize_inputs()
@@ -355,7 +352,34 @@ class EditLoop:
             if outcome.ok:
                 self.last_good = outcome
         self._emit("outcome")
+        if run and launch is not None and self._models(outcome):
+            outcome = self._model(outcome, launch)
         return outcome
+
+    def _models(self, outcome: Outcome) -> bool:
+        return (self.chip is not None and outcome.status in ("ok", "ran")
+                and not self.sanitize and not self._cancelled.is_set())
+
+    def _model(self, outcome: Outcome, launch: Any) -> Outcome:
+        """`outcome` with its modelled time: one profiled run, after the outcome is shown
+        (the result does not wait for the model)."""
+        assert self.chip is not None
+        with self._run_lock:
+            if self.last is not outcome:  # a newer run came first
+                return outcome
+            self._set_phase("modelling")
+            try:
+                _, estimate, _ = estimate_of(launch, self.inputs, self.chip)
+            except KernelCancelled:
+                estimate = None
+            finally:
+                self.phase = "idle"
+            modelled = dataclasses.replace(outcome, estimate=estimate)
+            self.last = modelled
+            if self.last_good is outcome:
+                self.last_good = modelled
+        self._emit("outcome")
+        return modelled
 
     def _compile(self, launch: Any) -> None:
         """Compiles ahead of the run where the backend can (MLX compiles at the first
@@ -366,10 +390,11 @@ class EditLoop:
         result = self._runner.run(launch, config)
         fields: dict[str, Any] = {"diffs": tuple(result.diffs),
                                   "measurement": result.measurement,
-                                  "sanitizer": result.sanitizer, "estimate": result.estimate}
+                                  "sanitizer": result.sanitizer}
         if result.sanitizer is not None and not result.sanitizer.ok:
             fields["status"] = "unsafe"
-            fields["diagnostics"] = tuple(self._finding_diagnostics(result.sanitizer))
+            fields["diagnostics"] = tuple(finding_diagnostics(
+                result.sanitizer, self.target.files.get("source")))
         elif result.ok:
             fields["status"] = "ok" if result.checked else "ran"
         elif result.status in ("compile_error", "fault", "wrong"):
@@ -379,22 +404,3 @@ class EditLoop:
         if result.message and not (result.status == "wrong" and result.diffs):
             fields["message"] = result.message
         return fields
-
-    def _finding_diagnostics(self, report: SanitizerReport) -> list[Diagnostic]:
-        """The sanitizer's findings at their lines in the edited texts (a full-source
-        kernel's library file is its ``source``); findings without a line are left to
-        the report."""
-        library = self.target.files.get("source")
-        found = []
-        for finding in report.findings:
-            m = _FINDING_LINE.match(finding.line)
-            if m is None:
-                continue
-            file = m["file"]
-            if file not in ("source", "header"):
-                if library is None or file != library.name:
-                    continue
-                file = "source"
-            found.append(Diagnostic(file, int(m["line"]), 1, "error",
-                                    f"sanitizer: {finding}"))  # type: ignore[arg-type]
-        return found
