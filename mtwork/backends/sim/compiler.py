@@ -204,8 +204,13 @@ _COPIES_FILLS_ATOMICS = ("-Xclang", "-fsanitize=address",
                          *(arg for option in _ASAN_OPTIONS for arg in ("-mllvm", option)))
 _ARRAY_BOUNDS = ("-fsanitize=array-bounds", "-fsanitize-recover=array-bounds",
                  "-fstrict-flex-arrays=3")
+# Debug info names the shim's files under a fixed folder, not where this checkout sits: a
+# kernel's cache key leaves the checkout's place out, so a library another checkout built
+# into a shared cache is used here, and its findings must still tell the shim's frames.
+SHIM_DEBUG_DIR = "/mtwork-shim"
 SANITIZE_FLAGS = ("-fsanitize-coverage=edge,trace-loads,trace-stores", "-g", "-DMTW_SANITIZE",
-                  "-fno-vectorize", "-fno-slp-vectorize", *_COPIES_FILLS_ATOMICS, *_ARRAY_BOUNDS)
+                  "-fno-vectorize", "-fno-slp-vectorize", *_COPIES_FILLS_ATOMICS, *_ARRAY_BOUNDS,
+                  f"-fdebug-prefix-map={SHIM_DIR}={SHIM_DEBUG_DIR}")
 # Profiling builds report the same accesses to the runtime, and keep line tables: they say
 # which function each instruction of the IR came from, by which instrument.py counts it
 # as GPU work. Vectorizing is off for the tracing, as above.
