@@ -137,7 +137,12 @@ class Block:
 
     def __init__(self, size: int) -> None:
         self.size = size
-        self._bytes = np.frombuffer(mmap.mmap(-1, size), dtype=np.uint8)
+        try:
+            mapping = mmap.mmap(-1, size)
+        except OSError as error:  # as numpy says of an array it cannot allocate
+            raise MemoryError(f"Unable to allocate {size:,} bytes for a dispatch's buffers "
+                              f"({error.strerror})") from None
+        self._bytes = np.frombuffer(mapping, dtype=np.uint8)
         self._guarded: list[int] = []
 
     def free(self) -> bool:
