@@ -1,6 +1,6 @@
 """The runtime under faults: every kind of fault many times in one process with correct
 kernels after each, frames too big for a thread's stack, private arrays indexed outside
-their bounds, writes far past the memory mtwork makes, the first fault stopping a
+their bounds, writes far past the memory mtwork makes, exit(), the first fault stopping a
 dispatch, the watchdog naming the threads still running, grids near 2**32 and the
 watchdog's own settings.
 
@@ -80,6 +80,8 @@ FAULTS = {
     "far past an output": ("for (uint j = 0; j < 4096; ++j) out[j] = 1.0f;", "", 0.0),
     "integer division by zero": ("int d = int(a[0]); out[0] = float(7 / d);", "", 0.0),
     "trap": ("__builtin_trap();", "", 0.0),
+    "exit": ("if (thread_position_in_grid.x == 9) exit(3); out[0] = 1;",
+             "#include <stdlib.h>\\n", 0.0),
     "deadlock": ("if (simdgroup_index_in_threadgroup == 0) "
                  "threadgroup_barrier(mem_flags::mem_threadgroup);"
                  "else threadgroup_barrier(mem_flags::mem_device); out[0] = 1;", "", 0.0),
@@ -109,6 +111,7 @@ EXPECTED_ERROR = {
     "far past an output": "KernelFault",
     "integer division by zero": "KernelFault",
     "trap": "KernelFault",
+    "exit": "KernelFault",
     "deadlock": "KernelDeadlock",
     "endless": "KernelTimeout",
 }
@@ -134,7 +137,7 @@ print(json.dumps({"outcomes": outcomes, "correct_after": correct_after,
 def test_fault_messages_say_what_happened() -> None:
     result = run_isolated(KERNELS + '''
 messages = {}
-for kind in ("big frame", "far below a private array", "far above a private array"):
+for kind in ("big frame", "far below a private array", "far above a private array", "exit"):
     try:
         KERNEL_OF[kind](inputs=[mx.array([FAULTS[kind][2]], dtype=mx.float32)],
                         grid=(64, 1, 1), threadgroup=(64, 1, 1), output_shapes=[(64,)],
@@ -146,6 +149,8 @@ print(json.dumps(messages))
     assert "stack overflow" in result["big frame"] and "256 KiB" in result["big frame"]
     assert "indexed far below its start" in result["far below a private array"]
     assert "above the thread's stack" in result["far above a private array"]
+    assert result["exit"].startswith("exit(3) called in kernel code (")
+    assert "thread_position_in_grid (9,0,0)" in result["exit"]
 
 
 def test_small_negative_private_indices_are_harmless() -> None:

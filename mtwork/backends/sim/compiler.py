@@ -85,6 +85,10 @@ KERNEL_DEFINES = ("-D__METAL_VERSION__=320", "-DMLX_METAL_JIT", "-D__HAVE_MTWORK
 # dst whose rows are 70 floats), where an aligned x86 vector move would fault.
 KERNEL_FLAGS = ("-fsanitize=safe-stack", "-mllvm", "-safestack-use-pointer-address",
                 "-fmax-type-align=4")
+# A kernel's calls of the C library's process exits go to the runtime instead
+# (runtime/exits.cpp), which fails the dispatch: exit() in kernel code must not end the
+# process running it, the caller's own in-process.
+KERNEL_LINK_FLAGS = ("-Wl,--wrap=exit,--wrap=_exit,--wrap=_Exit,--wrap=quick_exit",)
 
 _build_lock = threading.Lock()
 
@@ -247,7 +251,8 @@ def compile_kernel(tu: Translation, math_mode: str, kernel_label: str,
     else:
         flags += NO_DEBUG_INFO
     user_includes = [arg for d in include_dirs for arg in ("-I", str(d))]
-    key = _digest(tu.text, " ".join(flags), shim_version(), str(mlx_include_dir()),
+    key = _digest(tu.text, " ".join([*flags, *KERNEL_LINK_FLAGS]), shim_version(),
+                  str(mlx_include_dir()),
                   *user_includes, *(p.read_bytes() for p in _PROFILER_SOURCES if profile))
     target = cache_dir() / "kernels" / (f"{key}-profile" if profile else f"{key}.so")
     library = target / "kernel.so" if profile else target
@@ -263,8 +268,8 @@ def compile_kernel(tu: Translation, math_mode: str, kernel_label: str,
             built = _compile_profiled(tu, flags, includes, cpp, kernel_label)
         else:
             built = work / "kernel.so"
-            result = run_clang([*flags, "-shared", *includes, str(cpp), "-o", str(built)],
-                               kernel_label)
+            result = run_clang([*flags, "-shared", *KERNEL_LINK_FLAGS, *includes, str(cpp),
+                                "-o", str(built)], kernel_label)
             if result.returncode != 0:
                 raise CompileError(kernel_label, author_message(result.stderr, tu, str(cpp)))
         cachedir.publish(built, target)
@@ -292,8 +297,9 @@ def _compile_profiled(tu: Translation, flags: list[str], includes: list[str], cp
     counted.write_text(text)
     # The coverage callbacks are in the IR already; defines and language flags do nothing.
     codegen = [f for f in flags if not f.startswith(("-fsanitize-coverage", "-D", "-std"))]
-    result = run_clang([*codegen, "-Xclang", "-disable-llvm-passes", "-shared", str(counted),
-                        "-o", str(folder / "kernel.so")], kernel_label)
+    result = run_clang([*codegen, "-Xclang", "-disable-llvm-passes", "-shared",
+                        *KERNEL_LINK_FLAGS, str(counted), "-o", str(folder / "kernel.so")],
+                       kernel_label)
     if result.returncode != 0:
         raise CompileError(kernel_label, f"the profiled build failed:\n{result.stderr}")
     (folder / "table.json").write_text(json.dumps(table.to_json()))
