@@ -39,8 +39,32 @@ class NewBuffer:
 def new_buffer(shape: int | Sequence[int], dtype: Any = None, *,
                fill: float | int | None = None) -> NewBuffer:
     """Asks a dispatch for a new buffer; it comes back in the dispatch's `Outputs`."""
-    dims = (int(shape),) if isinstance(shape, (int, np.integer)) else tuple(int(d) for d in shape)
-    return NewBuffer(dims, dtype, fill)
+    return NewBuffer(_dims(shape), dtype, _fill(fill))
+
+
+def _integer(value: Any) -> bool:
+    return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
+
+
+def _dims(shape: Any) -> tuple[int, ...]:
+    dims = (shape,) if _integer(shape) else shape
+    if isinstance(dims, (str, bytes)) or not isinstance(dims, Sequence) or not all(
+            _integer(d) for d in dims):
+        raise TypeError(f"new_buffer: `shape` must be an integer or a sequence of integers, "
+                        f"got {type(shape).__name__} {shape!r}")
+    if any(d < 0 for d in dims):
+        raise ValueError(f"new_buffer: `shape` {shape!r} has a negative size; sizes are 0 "
+                         f"or more")
+    return tuple(int(d) for d in dims)
+
+
+def _fill(fill: Any) -> float | int | None:
+    if fill is None:
+        return None
+    if not isinstance(fill, (int, float, np.integer, np.floating)) or not np.isfinite(fill):
+        raise ValueError(f"new_buffer: `fill` must be a finite number or None, got "
+                         f"{type(fill).__name__} {fill!r}")
+    return fill
 
 
 def python_number(value: Any, info: TypeInfo, what: str) -> Any:

@@ -10,6 +10,8 @@ from tests.helpers.planted import Planted, assert_clean, assert_found, sanitize
 
 PAIR = "struct Pair { float v[8]; };\n"  # 32 bytes: copied with memcpy, not loads and stores
 ATOMIC = dict(atomic_outputs=True)
+STATE = ("uint i = thread_position_in_grid.x;\nfloat s[16];\n"
+         "for (int j = 0; j < 16; ++j) s[j] = inp[(i + j) % 64] * 0.5f;\n")
 
 CORPUS = [
     Planted("float4 written past the end of an output",
@@ -54,6 +56,12 @@ CORPUS = [
             "for (int j = 0; j < 8; ++j) out[i * 8 + j] = row[j];",
             "out-of-bounds access", "inp", "read", "source:3",
             call=dict(grid=(8, 1, 1), threadgroup=(8, 1, 1))),
+    # Gated DeltaNet's packed kernel keeps its state in a private array and stores it back
+    # in a loop, which clang turns into one memcpy: seen only when copies are checked.
+    Planted("private state stored back one element short",
+            STATE + "for (int j = 0; j < 15; ++j) out[i * 16 + j] = s[j];",
+            STATE + "for (int j = 0; j < 16; ++j) out[i * 16 + j] = s[j];",
+            "output never written", "out", call=dict(output_shapes=[(16 * 64,)])),
     Planted("atomic add past the end of an output",
             "atomic_fetch_add_explicit(&out[thread_position_in_grid.x + 1], 1.0f, "
             "memory_order_relaxed);",
@@ -93,6 +101,12 @@ def test_unwritten_elements_left_by_a_copy_are_counted():
                       call=dict(grid=(4, 1, 1), threadgroup=(4, 1, 1), output_shapes=[(36,)]))
     (finding,) = report.findings
     assert (finding.kind, finding.element, finding.count) == ("output never written", 8, 4)
+
+
+def test_the_element_a_store_loop_from_a_private_array_left_unwritten_is_named():
+    case = next(c for c in CORPUS if c.name == "private state stored back one element short")
+    finding = assert_found(case)
+    assert (finding.element, finding.count) == (15, 64)  # the last of each thread's 16
 
 
 # --- strided views (ensure_row_contiguous=False): bounded by the memory they span -------

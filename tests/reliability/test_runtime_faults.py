@@ -1,7 +1,8 @@
 """The runtime under faults: every kind of fault many times in one process with correct
 kernels after each, frames too big for a thread's stack, private arrays indexed outside
-their bounds, the first fault stopping a dispatch, the watchdog naming the threads still
-running, grids near 2**32 and the watchdog's own settings.
+their bounds, writes far past the memory mtwork makes, exit(), the first fault stopping a
+dispatch, the watchdog naming the threads still running, grids near 2**32 and the
+watchdog's own settings.
 
 Anything that could hang or crash the interpreter runs in a child interpreter with a
 time limit (`run_isolated`)."""
@@ -75,8 +76,12 @@ FAULTS = {
     "far above a private array": (BARRIER_THEN + "float priv[8] = {0}; int n = int(a[0]);"
                                   "for (int i = 0; i < n; i++) priv[i] = 1.0f;"
                                   "out[t] = priv[t % 8];", "", 200000.0),
+    # 16 KiB into a 256-byte output: past its page of slack, into its guard page.
+    "far past an output": ("for (uint j = 0; j < 4096; ++j) out[j] = 1.0f;", "", 0.0),
     "integer division by zero": ("int d = int(a[0]); out[0] = float(7 / d);", "", 0.0),
     "trap": ("__builtin_trap();", "", 0.0),
+    "exit": ("if (thread_position_in_grid.x == 9) exit(3); out[0] = 1;",
+             "#include <stdlib.h>\\n", 0.0),
     "deadlock": ("if (simdgroup_index_in_threadgroup == 0) "
                  "threadgroup_barrier(mem_flags::mem_threadgroup);"
                  "else threadgroup_barrier(mem_flags::mem_device); out[0] = 1;", "", 0.0),
@@ -103,8 +108,10 @@ EXPECTED_ERROR = {
     "big frame": "KernelFault",
     "far below a private array": "KernelFault",
     "far above a private array": "KernelFault",
+    "far past an output": "KernelFault",
     "integer division by zero": "KernelFault",
     "trap": "KernelFault",
+    "exit": "KernelFault",
     "deadlock": "KernelDeadlock",
     "endless": "KernelTimeout",
 }
@@ -130,7 +137,7 @@ print(json.dumps({"outcomes": outcomes, "correct_after": correct_after,
 def test_fault_messages_say_what_happened() -> None:
     result = run_isolated(KERNELS + '''
 messages = {}
-for kind in ("big frame", "far below a private array", "far above a private array"):
+for kind in ("big frame", "far below a private array", "far above a private array", "exit"):
     try:
         KERNEL_OF[kind](inputs=[mx.array([FAULTS[kind][2]], dtype=mx.float32)],
                         grid=(64, 1, 1), threadgroup=(64, 1, 1), output_shapes=[(64,)],
@@ -142,6 +149,8 @@ print(json.dumps(messages))
     assert "stack overflow" in result["big frame"] and "256 KiB" in result["big frame"]
     assert "indexed far below its start" in result["far below a private array"]
     assert "above the thread's stack" in result["far above a private array"]
+    assert result["exit"].startswith("exit(3) called in kernel code (")
+    assert "thread_position_in_grid (9,0,0)" in result["exit"]
 
 
 def test_small_negative_private_indices_are_harmless() -> None:
@@ -166,6 +175,35 @@ print(json.dumps({"out": np.array(out).tolist(), "correct": correct()}))
     t = np.arange(256) % 128
     expected = 8 - np.clip(20 - 8 * t, 0, 8)  # slots from max(n, 0) to 7 are set
     assert result["out"] == expected.tolist()
+    assert result["correct"]
+
+
+def test_writes_far_past_the_memory_mtwork_makes_fault_and_leave_the_heap_whole() -> None:
+    # In this process too, fresh outputs and the aligned copies of bound memory end at a
+    # page of slack before a guard page: 16 KiB past either faults, instead of landing in
+    # the Python heap (which glibc's allocator noticed later, or not at all).
+    result = run_isolated(KERNELS + '''
+past = mtwork.metal_kernel("past_the_input", ["a"], ["out"], """
+    device float* p = (device float*)a;
+    for (uint j = 0; j < 4096; ++j) p[j] = 1.0f;
+    out[0] = 1.0f;
+""")
+a = mx.arange(9, dtype=mx.float32)[1:]  # 4 bytes past an allocation: never 16-aligned
+outcomes = []
+for _ in range(20):
+    try:
+        past(inputs=[a], grid=(1, 1, 1), threadgroup=(1, 1, 1), output_shapes=[(8,)],
+             output_dtypes=[mx.float32])
+        outcomes.append("ran")
+    except mtwork.KernelFault as exc:
+        outcomes.append(exc.detail.split(" at ")[0])
+    outcomes.append(fault("far past an output"))
+junk = [bytearray(64) for _ in range(100000)]  # the heap still allocates
+print(json.dumps({"outcomes": sorted(set(outcomes)), "input": np.array(a).tolist(),
+                  "correct": correct()}))
+''', timeout=120)
+    assert result["outcomes"] == ["KernelFault", "segmentation fault (invalid memory access)"]
+    assert result["input"] == list(range(1, 9))  # a faulted kernel's copy is not settled
     assert result["correct"]
 
 

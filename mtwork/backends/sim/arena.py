@@ -13,6 +13,11 @@ zeroed for every dispatch, stands for the room a GPU buffer's allocation has pas
 (Metal rounds buffers up to whole pages): a kernel may read or write a little past a
 buffer, as MLX's rader_fft does on its last rows, and on the GPU that goes unnoticed; the
 sanitizer reports it.
+
+Kernels run in this process (``isolate=False``) get the same layout from `guarded`:
+private memory for the buffers mtwork makes itself (fresh outputs, aligned copies of bound
+memory), guarded alike, so a write far past one of them faults instead of landing in the
+Python heap.
 """
 
 from __future__ import annotations
@@ -21,12 +26,14 @@ import ctypes
 import ctypes.util
 import mmap
 import os
+import sys
 import tempfile
+import threading
 from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["Arena", "Placement", "layout"]
+__all__ = ["Arena", "Placement", "guarded", "layout"]
 
 PAGE = mmap.PAGESIZE
 ALIGN = 16  # what Metal guarantees a buffer's start, and what vector loads need
@@ -121,3 +128,64 @@ class Arena:
             self.map.close()
             os.close(self.fd)
         self.map, self.fd, self.size, self._base = None, -1, 0, 0
+
+
+
+class Block:
+    """Private memory of this process, laid out for one dispatch at a time as `layout`
+    says, guard pages made inaccessible on request; reused once nothing uses it."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        try:
+            mapping = mmap.mmap(-1, size)
+        except OSError as error:  # as numpy says of an array it cannot allocate
+            raise MemoryError(f"Unable to allocate {size:,} bytes for a dispatch's buffers "
+                              f"({error.strerror})") from None
+        self._bytes = np.frombuffer(mapping, dtype=np.uint8)
+        self._guarded: list[int] = []
+
+    def free(self) -> bool:
+        # Every array made from this memory refers to `_bytes` (a numpy view keeps its
+        # base): when only this block (and getrefcount's argument) does, none is left.
+        return sys.getrefcount(self._bytes) == 2
+
+    def lay_out(self, spans: list[int], guard: bool) -> list[np.ndarray]:
+        """The bytes of buffers of `spans` bytes, each ending at a zeroed page of slack
+        before a guard page (inaccessible when `guard`)."""
+        base = self._bytes.ctypes.data
+        for offset in self._guarded:
+            _libc.mprotect(base + offset, PAGE, _PROT_RW)
+        starts, guards, _ = layout(spans)
+        for offset in guards[1:]:
+            self._bytes[offset - PAGE : offset] = 0
+        self._guarded = guards if guard else []
+        for offset in self._guarded:
+            # A failure (the process's limit on mappings reached) leaves the page
+            # ordinary memory: the dispatch runs unguarded, as on numpy's own memory.
+            _libc.mprotect(base + offset, PAGE, _PROT_NONE)
+        return [self._bytes[start : start + n] for start, n in zip(starts, spans)]
+
+
+_BLOCKS: list[Block] = []  # kept for reuse, at most _BLOCKS_KEPT
+_BLOCKS_KEPT = 4
+_BLOCK_KEPT_BYTES = 256 << 20  # larger blocks are unmapped when their dispatch is done
+_BLOCK_MIN_BYTES = 1 << 20
+_blocks_lock = threading.Lock()
+
+
+def guarded(spans: list[int], *, guard: bool) -> list[np.ndarray]:
+    """Memory of this process for buffers of `spans` bytes laid out as the worker's arena
+    is: each ends at a page of slack before a guard page, inaccessible when `guard`.
+    From a kept block that no array uses any more (which spares a call the page faults of
+    new memory), or a new one."""
+    need = layout(spans)[2]
+    with _blocks_lock:  # a block is taken when its first array exists
+        block = next((b for b in _BLOCKS if b.size >= need and b.free()), None)
+        if block is None:
+            block = Block(max(need, _BLOCK_MIN_BYTES))
+            if block.size <= _BLOCK_KEPT_BYTES:
+                _BLOCKS[:] = [b for b in _BLOCKS if not b.free()]
+                del _BLOCKS[:max(0, len(_BLOCKS) - _BLOCKS_KEPT + 1)]
+                _BLOCKS.append(block)
+        return block.lay_out(spans, guard)

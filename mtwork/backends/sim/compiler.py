@@ -85,6 +85,10 @@ KERNEL_DEFINES = ("-D__METAL_VERSION__=320", "-DMLX_METAL_JIT", "-D__HAVE_MTWORK
 # dst whose rows are 70 floats), where an aligned x86 vector move would fault.
 KERNEL_FLAGS = ("-fsanitize=safe-stack", "-mllvm", "-safestack-use-pointer-address",
                 "-fmax-type-align=4")
+# A kernel's calls of the C library's process exits go to the runtime instead
+# (runtime/exits.cpp), which fails the dispatch: exit() in kernel code must not end the
+# process running it, the caller's own in-process.
+KERNEL_LINK_FLAGS = ("-Wl,--wrap=exit,--wrap=_exit,--wrap=_Exit,--wrap=quick_exit",)
 
 _build_lock = threading.Lock()
 
@@ -204,8 +208,13 @@ _COPIES_FILLS_ATOMICS = ("-Xclang", "-fsanitize=address",
                          *(arg for option in _ASAN_OPTIONS for arg in ("-mllvm", option)))
 _ARRAY_BOUNDS = ("-fsanitize=array-bounds", "-fsanitize-recover=array-bounds",
                  "-fstrict-flex-arrays=3")
+# Debug info names the shim's files under a fixed folder, not where this checkout sits: a
+# kernel's cache key leaves the checkout's place out, so a library another checkout built
+# into a shared cache is used here, and its findings must still tell the shim's frames.
+SHIM_DEBUG_DIR = "/mtwork-shim"
 SANITIZE_FLAGS = ("-fsanitize-coverage=edge,trace-loads,trace-stores", "-g", "-DMTW_SANITIZE",
-                  "-fno-vectorize", "-fno-slp-vectorize", *_COPIES_FILLS_ATOMICS, *_ARRAY_BOUNDS)
+                  "-fno-vectorize", "-fno-slp-vectorize", *_COPIES_FILLS_ATOMICS, *_ARRAY_BOUNDS,
+                  f"-fdebug-prefix-map={SHIM_DIR}={SHIM_DEBUG_DIR}")
 # Profiling builds report the same accesses to the runtime, and keep line tables: they say
 # which function each instruction of the IR came from, by which instrument.py counts it
 # as GPU work. Vectorizing is off for the tracing, as above.
@@ -244,7 +253,8 @@ def compile_kernel(tu: Translation, math_mode: str, kernel_label: str,
     user_includes = [arg for d in include_dirs for arg in ("-I", str(d))]
     # The prelude's folder is named after MLX's headers and the rewrites applied to them: a
     # change to either rebuilds (and debug info names the folder the kernel was built with).
-    key = _digest(tu.text, " ".join(flags), shim_version(), str(prelude_dir()),
+    key = _digest(tu.text, " ".join([*flags, *KERNEL_LINK_FLAGS]), shim_version(),
+                  str(prelude_dir()),
                   *user_includes, *(p.read_bytes() for p in _PROFILER_SOURCES if profile))
     target = cache_dir() / "kernels" / (f"{key}-profile" if profile else f"{key}.so")
     library = target / "kernel.so" if profile else target
@@ -260,8 +270,8 @@ def compile_kernel(tu: Translation, math_mode: str, kernel_label: str,
             built = _compile_profiled(tu, flags, includes, cpp, kernel_label)
         else:
             built = work / "kernel.so"
-            result = run_clang([*flags, "-shared", *includes, str(cpp), "-o", str(built)],
-                               kernel_label)
+            result = run_clang([*flags, "-shared", *KERNEL_LINK_FLAGS, *includes, str(cpp),
+                                "-o", str(built)], kernel_label)
             if result.returncode != 0:
                 raise CompileError(kernel_label, author_message(result.stderr, tu, str(cpp)))
         cachedir.publish(built, target)
@@ -289,8 +299,9 @@ def _compile_profiled(tu: Translation, flags: list[str], includes: list[str], cp
     counted.write_text(text)
     # The coverage callbacks are in the IR already; defines and language flags do nothing.
     codegen = [f for f in flags if not f.startswith(("-fsanitize-coverage", "-D", "-std"))]
-    result = run_clang([*codegen, "-Xclang", "-disable-llvm-passes", "-shared", str(counted),
-                        "-o", str(folder / "kernel.so")], kernel_label)
+    result = run_clang([*codegen, "-Xclang", "-disable-llvm-passes", "-shared",
+                        *KERNEL_LINK_FLAGS, str(counted), "-o", str(folder / "kernel.so")],
+                       kernel_label)
     if result.returncode != 0:
         raise CompileError(kernel_label, f"the profiled build failed:\n{result.stderr}")
     (folder / "table.json").write_text(json.dumps(table.to_json()))

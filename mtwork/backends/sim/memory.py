@@ -3,9 +3,10 @@
 Slot ``n`` of the table holds the address of ``[[buffer(n)]]``; slot
 ``THREADGROUP_SLOT_BASE + n`` the offset of ``[[threadgroup(n)]]`` in the group's
 threadgroup memory (those arguments sit at its start, in index order). Fresh buffers are
-made here (poisoned or filled); bound ones are used in place (as numpy views of mx
-arrays, made row-contiguous where the kernel wants that); buffers the body form derives
-from an input (its shape, strides, ndim) are computed from that input.
+made here (poisoned or filled), unless the worker places them in its arena; bound ones are
+used in place (as numpy views of mx arrays, made row-contiguous where the kernel wants
+that); buffers the body form derives from an input (its shape, strides, ndim) are
+computed from that input.
 
 Every buffer starts at a multiple of 16 bytes, as Metal's do: vector loads of a buffer
 cast to ``float4 *`` need it (an aligned SSE load of a misaligned address faults). Bound
@@ -13,19 +14,26 @@ memory that starts elsewhere (an mx array's data sits 8 bytes past an alignment 
 MLX's CPU allocator) runs on an aligned copy of the bytes it spans (strided views keep
 their layout), copied back afterwards (`settle`), so a kernel that writes through it
 writes the caller's memory as on Metal; memory bound at several indices stays one copy.
+
+What is made here comes from `arena.guarded`: each buffer ends at a page of slack before a
+guard page, so in this process too a write far past the end of a fresh output or of a
+copy faults (a `KernelFault`) instead of corrupting the Python heap. Bound memory used in
+place (an aligned numpy array) is the caller's own and has no guard page.
 """
 
 from __future__ import annotations
 
 import ctypes
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from ...buffers import allocate, byte_span, initialise, numpy_view
+from ... import dtypes
+from ...buffers import byte_span, initialise, numpy_view
 from ...dispatch import Bound, Dispatch, Fresh, Param, Program
-from .arena import ALIGN
+from .arena import ALIGN, guarded
 from .sources import THREADGROUP_SLOT_BASE
 
 __all__ = ["Memory"]
@@ -46,27 +54,14 @@ def _view(bound: Bound) -> np.ndarray:
     return view
 
 
-def _aligned_copy(view: np.ndarray) -> np.ndarray:
-    """A copy of the bytes `view` spans, placed so that its element 0 starts on an `ALIGN`
-    boundary, and `view`'s layout over that copy."""
-    lo, hi = byte_span(view)
-    lead = view.ctypes.data - lo  # bytes before element 0 (a reversed view's)
-    raw = np.empty(hi - lo + ALIGN, np.uint8)
-    start = -(raw.ctypes.data + lead) % ALIGN
-    raw[start:start + hi - lo] = np.ctypeslib.as_array((ctypes.c_uint8 * (hi - lo))
-                                                       .from_address(lo))
-    return np.ndarray(view.shape, view.dtype, buffer=raw, offset=start + lead,
-                      strides=view.strides)
-
-
 @dataclass
 class Memory:
     """The arrays of one attempt at a dispatch, and the table that points at them."""
 
     program: Program
     dispatch: Dispatch
-    # Makes the memory of a fresh buffer (default: a new array); the worker process
-    # gives views of the memory it shares with mtwork.
+    # Makes the memory of a fresh buffer (default: guarded memory of its own); the worker
+    # process gives views of the memory it shares with mtwork.
     place: Callable[[int, Fresh], np.ndarray] | None = None
     arrays: dict[int, np.ndarray] = field(default_factory=dict)  # by buffer index
     # Bound memory that did not start aligned, by index: `arrays` holds an aligned copy.
@@ -76,13 +71,15 @@ class Memory:
 
     def __post_init__(self) -> None:
         buffers = self.dispatch.buffers
-        for index, buf in buffers.items():
-            if isinstance(buf, Fresh):
-                self.arrays[index] = (allocate(buf.dtype, buf.shape, buf.fill)
-                                      if self.place is None else
-                                      initialise(self.place(index, buf), buf.dtype, buf.fill))
-            else:
-                self.arrays[index] = self._aligned(index, _view(buf))
+        views = {i: _view(b) for i, b in buffers.items() if isinstance(b, Bound)}
+        self.misaligned = {i: v for i, v in views.items() if v.size and v.ctypes.data % ALIGN}
+        self.arrays.update({i: v for i, v in views.items() if i not in self.misaligned})
+        fresh = {i: b for i, b in buffers.items() if isinstance(b, Fresh)}
+        if self.place is not None:
+            self.arrays.update({i: initialise(self.place(i, b), b.dtype, b.fill)
+                                for i, b in fresh.items()})
+            fresh = {}
+        self._make(fresh)
         for p in self.program.params:
             if p.derived is not None:
                 kind, source = p.derived
@@ -102,20 +99,35 @@ class Memory:
             offset += size
         self.threadgroup_bytes = offset
 
-    def _aligned(self, index: int, view: np.ndarray) -> np.ndarray:
-        """`view`, or an aligned copy of it (one copy for memory bound at several
-        indices, which stays one buffer)."""
-        if not (view.size and view.ctypes.data % ALIGN):
-            return view
-        same = next((i for i, o in self.misaligned.items()
-                     if byte_span(o) == byte_span(view)), None)
-        self.misaligned[index] = view
-        if same is None:
-            return _aligned_copy(view)
-        shared, original = self.arrays[same], self.misaligned[same]
-        return np.ndarray(view.shape, view.dtype, buffer=shared.base,
-                          offset=shared.ctypes.data - shared.base.ctypes.data
-                          + view.ctypes.data - original.ctypes.data, strides=view.strides)
+    def _make(self, fresh: dict[int, Fresh]) -> None:
+        """Memory for `fresh` buffers and for an aligned copy of each misaligned span, from
+        `arena.guarded`, guarded unless sanitized (the sanitizer checks each access before it
+        happens and lets an out-of-bounds read go on: a guard page would make it a fault).
+        A copy holds the bytes its view spans, placed so that element 0 starts aligned
+        (strided views keep their layout); memory bound at several indices stays one
+        copy."""
+        types = {i: np.dtype(dtypes.storage_numpy_dtype(b.dtype)) for i, b in fresh.items()}
+        spans: dict[tuple[int, int], list[int]] = {}
+        for index, view in self.misaligned.items():
+            spans.setdefault(byte_span(view), []).append(index)
+        pads = {span: -(self.misaligned[ix[0]].ctypes.data - span[0]) % ALIGN
+                for span, ix in spans.items()}
+        sizes = ([math.prod(b.shape) * types[i].itemsize for i, b in fresh.items()]
+                 + [pads[(lo, hi)] + hi - lo for lo, hi in spans])
+        if not sizes:
+            return
+        memory = guarded(sizes, guard=self.dispatch.options.sanitize is None)
+        for raw, (index, buf) in zip(memory, fresh.items()):
+            shaped = raw.view(types[index]).reshape(tuple(buf.shape))
+            self.arrays[index] = initialise(shaped, buf.dtype, buf.fill)
+        for raw, ((lo, hi), indices) in zip(memory[len(fresh):], spans.items()):
+            pad = pads[(lo, hi)]
+            raw[pad:] = np.ctypeslib.as_array((ctypes.c_uint8 * (hi - lo)).from_address(lo))
+            for index in indices:
+                view = self.misaligned[index]
+                self.arrays[index] = np.ndarray(view.shape, view.dtype, buffer=raw,
+                                                offset=pad + view.ctypes.data - lo,
+                                                strides=view.strides)
 
     def kind(self, p: Param) -> str:
         """"fresh", "writable" (bound, written in place), "input" or "internal"."""

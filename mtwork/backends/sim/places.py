@@ -18,7 +18,7 @@ from pathlib import Path
 
 from ...cachedir import cache_dir
 from ...errors import EmulatorUnavailable
-from .compiler import SHIM_DIR, prelude_dir
+from .compiler import SHIM_DEBUG_DIR, prelude_dir
 from .symbolizer import Frame
 from .translation import Translation
 
@@ -88,7 +88,7 @@ class Places:
         for path, _ in sources.files:
             if _is_file(file, str(path)):
                 return Place(f"{path}:{line}", True, file=str(path), line=line, column=column)
-        shim = _inside(file, SHIM_DIR)
+        shim = _inside(file, Path(SHIM_DEBUG_DIR))
         if shim is not None:
             return Place(f"{shim}:{line}", False, shim=True)
         if Path(file).parent.parent == self.translation_units:
