@@ -4,8 +4,9 @@ from the rows.
 A test records what it measured with `record` (or `record_unsupported` for a kernel that
 stops with an error); rows are appended as JSON lines to ``out/conformance/<suite>.jsonl``
 (``$MTWORK_CONFORMANCE_DIR`` overrides the folder). Runs add up: the page keeps the latest
-row of each (suite, kernel), so the default run and the slow one together give the whole
-table. ``python -m tests.conformance.report`` renders ``docs/conformance.md``: a table per
+row of each kernel (by source and name, whichever suite name it was recorded under), so
+the default run and the slow one together give the whole table.
+``python -m tests.conformance.report`` renders ``docs/conformance.md``: a table per
 suite, then what is still unsupported, each with the error a user gets.
 
     from tests.conformance.report import record
@@ -55,12 +56,27 @@ class Row:
     status: str  # "pass", "fail" or "unsupported"
     error: str = ""  # for an unsupported kernel: the first line of the error a user gets
     recorded: float = 0.0  # when (seconds since the epoch)
+    agreement_text: str = ""  # a row that gives its agreement as text, not as the fields
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Row:
+        """A row as `record` writes it, or in the shorter shape that states its agreement
+        as one text (``"agreement": "bitwise"``) and leaves out the fields."""
+        data = dict(data)
+        if "agreement" in data:
+            data["agreement_text"] = str(data.pop("agreement"))
+            for field in ("bitwise", "max_abs", "max_ulp"):
+                data.setdefault(field, None)
+            data.setdefault("tolerance", "")
+        return cls(**data)
 
     @property
     def agreement(self) -> str:
         """The agreement as one cell: "bitwise", or the largest errors."""
         if self.status == "unsupported":
             return "—"
+        if self.agreement_text:
+            return self.agreement_text
         if self.bitwise:
             return "bitwise"
         parts = []
@@ -117,13 +133,14 @@ def record_unsupported(*, suite: str, kernel: str, source: str, error: BaseExcep
 
 
 def read_rows(folder: Path | None = None) -> list[Row]:
-    """The latest row of each (suite, kernel) among the JSON-lines files in `folder`."""
+    """The latest row of each kernel (by its source and name) among the JSON-lines files
+    in `folder`: a kernel recorded under two suite names is listed once."""
     latest: dict[tuple[str, str], Row] = {}
     for path in sorted((folder or rows_dir()).glob("*.jsonl")):
         for line in path.read_text(encoding="utf-8").splitlines():
             if line.strip():
-                row = Row(**json.loads(line))
-                key = (row.suite, row.kernel)
+                row = Row.from_json(json.loads(line))
+                key = (row.source, row.kernel)
                 if key not in latest or latest[key].recorded <= row.recorded:
                     latest[key] = row
     return sorted(latest.values(), key=lambda r: (r.suite, r.kernel))
