@@ -116,12 +116,24 @@ def record(*, suite: str, kernel: str, source: str, reference: str,
         raise ValueError(f"`suite` names a file: letters, digits, '.', '+', '-'; got {suite!r}")
     row = Row(suite=suite, kernel=kernel, source=source, reference=reference,
               **agreement_of(agreement), compile_s=compile_s, status=status,
-              error=error.strip().split("\n", 1)[0] if error else "", recorded=time.time())
+              error=_first_error(error), recorded=time.time())
     folder = rows_dir()
     folder.mkdir(parents=True, exist_ok=True)
     with open(folder / f"{suite}.jsonl", "a", encoding="utf-8") as f:
         f.write(json.dumps(asdict(row)) + "\n")  # one write per row: lines stay whole
     return row
+
+
+def _first_error(message: str) -> str:
+    """An error as one line: its first, and the first compiler diagnostic under it (a
+    `CompileError` says which kernel on its first line and what went wrong below)."""
+    lines = message.strip().splitlines()
+    if not lines:
+        return ""
+    detail = next((line.split("error:", 1)[1].strip() for line in lines[1:]
+                   if "error:" in line), "")
+    detail = re.sub(r"\s*\[-W[\w#=-]*\]$", "", detail)  # clang's name of the diagnostic
+    return f"{lines[0]} {detail}" if detail else lines[0]
 
 
 def record_unsupported(*, suite: str, kernel: str, source: str, error: BaseException | str,
@@ -148,6 +160,11 @@ def read_rows(folder: Path | None = None) -> list[Row]:
 
 def _cell(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
+
+
+def _code(text: str) -> str:
+    """`text` as inline code (a double-backtick span when it holds backticks)."""
+    return f"`` {text} ``" if "`" in text else f"`{text}`"
 
 
 def _seconds(value: float | None) -> str:
@@ -182,7 +199,7 @@ def render(rows: Iterable[Row], *, preamble: str = "") -> str:
         out += ["## Still unsupported", "", "| suite | kernel | source | the error a user gets |",
                 "| --- | --- | --- | --- |"]
         out += ["| " + " | ".join(_cell(c) for c in (r.suite, r.kernel, r.source,
-                                                      f"`{r.error}`")) + " |"
+                                                      _code(r.error))) + " |"
                 for r in unsupported]
         out.append("")
     return "\n".join(out)

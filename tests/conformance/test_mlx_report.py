@@ -31,14 +31,21 @@ def test_rows_render_as_tables_and_unsupported(rows_dir) -> None:
                   agreement=close, compile_s=1.0, status="pass")  # a later run wins
     report.record_unsupported(suite="llama.cpp", kernel="kernel_mul_mm_nax",
                               source="llama-cpp-python 0.3", error=ValueError("no tensors\nmore"))
+    report.record_unsupported(suite="mlx", kernel="gemm_nax", source="mlx 0.32.4",
+                              error="CompileError: kernel `gemm_nax` failed to compile:\n"
+                                    "In file included from gemm.metal:2:\n"
+                                    "nax.h:9:10: error: Metal 4 tensor APIs are not supported\n"
+                                    "    9 | #include <MetalPerformancePrimitives/...>")
     rows = report.read_rows(rows_dir)
-    assert [(r.suite, r.kernel, r.status) for r in rows] == [
+    assert [(r.suite, r.kernel, r.status) for r in rows if r.kernel != "gemm_nax"] == [
         ("llama.cpp", "kernel_mul_mm_nax", "unsupported"), ("mlx", "copy_v<float32>", "pass"),
         ("mlx", "gemv", "pass")]
     page = report.render(rows, preamble="Intro.")
     assert "## mlx" in page and "2 of 2 kernels agree" in page
     assert "| copy_v<float32> | mlx 0.32.4 | astype (CPU) | bitwise | — | 0.5 s | pass |" in page
     assert "max abs 0.0001" in page and "1.0 s" in page
+    assert ("| mlx | gemm_nax | mlx 0.32.4 | `` CompileError: kernel `gemm_nax` failed to "
+            "compile: Metal 4 tensor APIs are not supported `` |") in page
     assert "## llama.cpp" not in page  # a suite with nothing run has no table
     assert "| llama.cpp | kernel_mul_mm_nax | llama-cpp-python 0.3 | `ValueError: no tensors` |" \
         in page
