@@ -23,7 +23,7 @@ import os
 import re
 import time
 from collections.abc import Iterable, Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -146,16 +146,29 @@ def record_unsupported(*, suite: str, kernel: str, source: str, error: BaseExcep
 
 def read_rows(folder: Path | None = None) -> list[Row]:
     """The latest row of each kernel (by its source and name) among the JSON-lines files
-    in `folder`: a kernel recorded under two suite names is listed once."""
+    in `folder`: a kernel recorded under two suite names is listed once, with the
+    reference and compile time of an earlier row where the latest leaves them out."""
     latest: dict[tuple[str, str], Row] = {}
     for path in sorted((folder or rows_dir()).glob("*.jsonl")):
         for line in path.read_text(encoding="utf-8").splitlines():
             if line.strip():
                 row = Row.from_json(json.loads(line))
                 key = (row.source, row.kernel)
-                if key not in latest or latest[key].recorded <= row.recorded:
+                earlier = latest.get(key)
+                if earlier is None:
                     latest[key] = row
+                elif earlier.recorded <= row.recorded:
+                    latest[key] = _filled(row, earlier)
+                else:
+                    latest[key] = _filled(earlier, row)
     return sorted(latest.values(), key=lambda r: (r.suite, r.kernel))
+
+
+def _filled(row: Row, other: Row) -> Row:
+    """`row` with the reference and compile time it leaves empty taken from `other` (a
+    suite may record one kernel twice, once with those and once without)."""
+    return replace(row, reference=row.reference or other.reference,
+                   compile_s=other.compile_s if row.compile_s is None else row.compile_s)
 
 
 def _cell(text: str) -> str:

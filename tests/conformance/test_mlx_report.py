@@ -53,7 +53,8 @@ def test_rows_render_as_tables_and_unsupported(rows_dir) -> None:
 
 def test_rows_that_state_their_agreement_as_text_render_once(rows_dir) -> None:
     # The shorter shape (agreement as one text, no `recorded`) beside a full row of the
-    # same kernel under another suite name: the kernel is listed once, the later row.
+    # same kernel under another suite name: the kernel is listed once, the later row, with
+    # the reference and compile time it leaves out taken from the earlier one.
     short = {"suite": "llama.cpp", "kernel": "kernel_add", "source": "llama-cpp-python 0.3",
              "reference": "numpy", "agreement": "max abs 0 (atol 0, rtol 0)",
              "compile_s": 0.4, "status": "pass"}
@@ -61,12 +62,12 @@ def test_rows_that_state_their_agreement_as_text_render_once(rows_dir) -> None:
                                               + json.dumps({**short, "kernel": "kernel_mul"})
                                               + "\n")
     report.record(suite="llama-cpp-python", kernel="kernel_add", source="llama-cpp-python 0.3",
-                  reference="numpy", agreement=mtwork.diff(np.float32([1]), np.float32([1]),
+                  reference="", agreement=mtwork.diff(np.float32([1]), np.float32([1]),
                                                            bitwise=True), status="pass")
     rows = report.read_rows(rows_dir)
-    assert [(r.suite, r.kernel, r.agreement) for r in rows] == [
-        ("llama-cpp-python", "kernel_add", "bitwise"),
-        ("llama.cpp", "kernel_mul", "max abs 0 (atol 0, rtol 0)")]
+    assert [(r.suite, r.kernel, r.agreement, r.reference, r.compile_s) for r in rows] == [
+        ("llama-cpp-python", "kernel_add", "bitwise", "numpy", 0.4),  # filled in from before
+        ("llama.cpp", "kernel_mul", "max abs 0 (atol 0, rtol 0)", "numpy", 0.4)]
     page = report.render(rows)
     assert "| kernel_mul | llama-cpp-python 0.3 | numpy | max abs 0 (atol 0, rtol 0) |" in page
 
