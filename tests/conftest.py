@@ -47,9 +47,27 @@ SANITIZED_BY_DEFAULT = {
 # across SIMD-groups).
 _LOSSES_RACE = tuple(f"threadgroup memory race in kernel `{k}`, write of `shared`"
                      for k in ("kl_forward", "js_forward", "kl_backward", "js_backward"))
-KNOWN_DEFECTS = {
+# MLX 0.32.4's own kernels. fft.h: threads past the transform return
+# (`if (read_writer.out_of_bounds()) return;`) before the stages' threadgroup_barriers;
+# gemv.h's gemv_t: a barrier in the loop under `if (out_col < out_vec_size)`. Apple GPUs
+# run them (an exited thread does not hold a barrier), but the MSL specification leaves a
+# barrier some threads never reach undefined, so it is reported as divergence. scan.h's
+# contiguous_scan: SIMD-group 0 reads simdgroup_sums[simd_lane_id] for all 32 lanes, where
+# only one entry per SIMD-group was written (the results of the other lanes are unused).
+_FFT_BARRIER = ("barrier divergence in kernel `fft<",)
+_SCAN_UNWRITTEN = ("read of uninitialized threadgroup memory in kernel `contiguous_scan<",)
+KNOWN_DEFECTS = {  # by test function, or by a test's full id for one parametrization
     "test_distillation_losses": _LOSSES_RACE,
     "test_distillation_loss_gradients": _LOSSES_RACE,
+    "test_c2c_fft[64-False-stockham-sanitized]": _FFT_BARRIER,
+    "test_c2c_fft[60-True-stockham-sanitized]": _FFT_BARRIER,
+    "test_c2c_fft[47-False-bluestein-sanitized]": ("barrier divergence in kernel "
+                                                   "`bluestein_fft<",),
+    "test_rfft": _FFT_BARRIER,
+    "test_gemv_t": ("barrier divergence in kernel `gemv_t<",),
+    **{f"test_contiguous_scan[{case}-sanitized]": _SCAN_UNWRITTEN for case in (
+        "CumSum-dtype0-1000-True-False", "CumMax-dtype1-5000-False-True",
+        "CumLogaddexp-dtype2-700-True-False")},
 }
 
 # Tests that check a fault itself (a sanitized run reports it as a finding instead): no
@@ -96,7 +114,8 @@ def sanitized(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch):
         yield True
     found = [f for w in caught if issubclass(w.category, SanitizerWarning)
              for f in _findings(str(w.message))]
-    known = KNOWN_DEFECTS.get(request.function.__name__, ())
+    known = KNOWN_DEFECTS.get(request.node.name,
+                              KNOWN_DEFECTS.get(request.function.__name__, ()))
     unexpected = [f for f in found if not any(f.startswith(k) for k in known)]
     assert not unexpected, "sanitizer findings on a correct kernel:\n" + "\n".join(unexpected)
     assert not known or found, f"the known defect is no longer reported: {known}"

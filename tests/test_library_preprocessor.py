@@ -92,6 +92,30 @@ def test_an_if_branch_that_is_off_defines_nothing():
     np.testing.assert_array_equal(out["out"], np.ones(N, np.float32))
 
 
+SIGNATURE_BY_BRANCH = """\
+#include <metal_stdlib>
+using namespace metal;
+#ifdef WITH_OFFSET
+[[kernel]] void put(device float* out [[buffer(0)]], constant float& offset [[buffer(1)]],
+                    uint i [[thread_position_in_grid]]) { out[i] = float(i) + offset; }
+#else
+[[kernel]] void put(device float* out [[buffer(0)]], uint i [[thread_position_in_grid]]) {
+    out[i] = float(i);
+}
+#endif
+"""
+
+
+def test_a_signature_is_taken_from_the_branch_that_is_on():
+    plain = mtwork.load_metal(SIGNATURE_BY_BRANCH)
+    assert [p.name for p in plain.kernels["put"].buffers] == ["out"]
+    with_offset = mtwork.load_metal(SIGNATURE_BY_BRANCH, defines={"WITH_OFFSET": 1})
+    assert [p.name for p in with_offset.kernels["put"].buffers] == ["out", "offset"]
+    out = with_offset.kernel("put")(buffers={"out": mtwork.new_buffer(N), "offset": 0.5},
+                                    grid=N, threads_per_threadgroup=32)
+    np.testing.assert_array_equal(out["out"], np.arange(N, dtype=np.float32) + 0.5)
+
+
 def test_a_host_name_on_a_definition_names_the_kernel_and_zero_threadgroup_bytes_are_allowed(
         lib):
     out = lib.kernel("named_fill")(buffers=[mtwork.new_buffer(N)], threadgroup_memory={0: 0},

@@ -4,8 +4,9 @@ from the rows.
 A test records what it measured with `record` (or `record_unsupported` for a kernel that
 stops with an error); rows are appended as JSON lines to ``out/conformance/<suite>.jsonl``
 (``$MTWORK_CONFORMANCE_DIR`` overrides the folder). Runs add up: the page keeps the latest
-row of each (suite, kernel), so the default run and the slow one together give the whole
-table. ``python -m tests.conformance.report`` renders ``docs/conformance.md``: a table per
+row of each kernel (by source and name, whichever suite name it was recorded under), so
+the default run and the slow one together give the whole table.
+``python -m tests.conformance.report`` renders ``docs/conformance.md``: a table per
 suite, then what is still unsupported, each with the error a user gets.
 
     from tests.conformance.report import record
@@ -22,7 +23,7 @@ import os
 import re
 import time
 from collections.abc import Iterable, Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -55,12 +56,27 @@ class Row:
     status: str  # "pass", "fail" or "unsupported"
     error: str = ""  # for an unsupported kernel: the first line of the error a user gets
     recorded: float = 0.0  # when (seconds since the epoch)
+    agreement_text: str = ""  # a row that gives its agreement as text, not as the fields
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Row:
+        """A row as `record` writes it, or in the shorter shape that states its agreement
+        as one text (``"agreement": "bitwise"``) and leaves out the fields."""
+        data = dict(data)
+        if "agreement" in data:
+            data["agreement_text"] = str(data.pop("agreement"))
+            for field in ("bitwise", "max_abs", "max_ulp"):
+                data.setdefault(field, None)
+            data.setdefault("tolerance", "")
+        return cls(**data)
 
     @property
     def agreement(self) -> str:
         """The agreement as one cell: "bitwise", or the largest errors."""
         if self.status == "unsupported":
             return "—"
+        if self.agreement_text:
+            return self.agreement_text
         if self.bitwise:
             return "bitwise"
         parts = []
@@ -100,12 +116,24 @@ def record(*, suite: str, kernel: str, source: str, reference: str,
         raise ValueError(f"`suite` names a file: letters, digits, '.', '+', '-'; got {suite!r}")
     row = Row(suite=suite, kernel=kernel, source=source, reference=reference,
               **agreement_of(agreement), compile_s=compile_s, status=status,
-              error=error.strip().split("\n", 1)[0] if error else "", recorded=time.time())
+              error=_first_error(error), recorded=time.time())
     folder = rows_dir()
     folder.mkdir(parents=True, exist_ok=True)
     with open(folder / f"{suite}.jsonl", "a", encoding="utf-8") as f:
         f.write(json.dumps(asdict(row)) + "\n")  # one write per row: lines stay whole
     return row
+
+
+def _first_error(message: str) -> str:
+    """An error as one line: its first, and the first compiler diagnostic under it (a
+    `CompileError` says which kernel on its first line and what went wrong below)."""
+    lines = message.strip().splitlines()
+    if not lines:
+        return ""
+    detail = next((line.split("error:", 1)[1].strip() for line in lines[1:]
+                   if "error:" in line), "")
+    detail = re.sub(r"\s*\[-W[\w#=-]*\]$", "", detail)  # clang's name of the diagnostic
+    return f"{lines[0]} {detail}" if detail else lines[0]
 
 
 def record_unsupported(*, suite: str, kernel: str, source: str, error: BaseException | str,
@@ -117,20 +145,39 @@ def record_unsupported(*, suite: str, kernel: str, source: str, error: BaseExcep
 
 
 def read_rows(folder: Path | None = None) -> list[Row]:
-    """The latest row of each (suite, kernel) among the JSON-lines files in `folder`."""
+    """The latest row of each kernel (by its source and name) among the JSON-lines files
+    in `folder`: a kernel recorded under two suite names is listed once, with the
+    reference and compile time of an earlier row where the latest leaves them out."""
     latest: dict[tuple[str, str], Row] = {}
     for path in sorted((folder or rows_dir()).glob("*.jsonl")):
         for line in path.read_text(encoding="utf-8").splitlines():
             if line.strip():
-                row = Row(**json.loads(line))
-                key = (row.suite, row.kernel)
-                if key not in latest or latest[key].recorded <= row.recorded:
+                row = Row.from_json(json.loads(line))
+                key = (row.source, row.kernel)
+                earlier = latest.get(key)
+                if earlier is None:
                     latest[key] = row
+                elif earlier.recorded <= row.recorded:
+                    latest[key] = _filled(row, earlier)
+                else:
+                    latest[key] = _filled(earlier, row)
     return sorted(latest.values(), key=lambda r: (r.suite, r.kernel))
+
+
+def _filled(row: Row, other: Row) -> Row:
+    """`row` with the reference and compile time it leaves empty taken from `other` (a
+    suite may record one kernel twice, once with those and once without)."""
+    return replace(row, reference=row.reference or other.reference,
+                   compile_s=other.compile_s if row.compile_s is None else row.compile_s)
 
 
 def _cell(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
+
+
+def _code(text: str) -> str:
+    """`text` as inline code (a double-backtick span when it holds backticks)."""
+    return f"`` {text} ``" if "`" in text else f"`{text}`"
 
 
 def _seconds(value: float | None) -> str:
@@ -165,7 +212,7 @@ def render(rows: Iterable[Row], *, preamble: str = "") -> str:
         out += ["## Still unsupported", "", "| suite | kernel | source | the error a user gets |",
                 "| --- | --- | --- | --- |"]
         out += ["| " + " | ".join(_cell(c) for c in (r.suite, r.kernel, r.source,
-                                                      f"`{r.error}`")) + " |"
+                                                      _code(r.error))) + " |"
                 for r in unsupported]
         out.append("")
     return "\n".join(out)

@@ -17,7 +17,7 @@ import pytest
 
 from mtwork import new_buffer
 
-from .metal_path import run_both
+from .metal_path import registered, run_both
 from .mlx_kernels import MLX, block_dims, build, metal_library, name, rng, strided_view
 
 UNARY = ("utils.h", "unary_ops.h", "unary.h")
@@ -254,3 +254,24 @@ def test_copy(agreement, function, src, dst) -> None:
     out = run_both(built.kernel, buffers=buffers, grid=grid, threads_per_threadgroup=tg)
     agreement(f"{function}<{name(src)}, {name(dst)}>", MLX, out.mx("dst"), expected,
               reference="astype (CPU)", compile_s=built.compile_s, bitwise=True)
+
+
+@pytest.mark.parametrize("backend", ["sim", "metal_on_sim"])
+def test_writable_buffers_and_mlx_arrays(backend) -> None:
+    # MLX arrays are immutable values: a kernel's writable buffer given as an mx.array
+    # is written on a copy (the result comes back in the outputs; the caller's array
+    # keeps its values), one given as a numpy array is written in place, as a Metal
+    # buffer is. Both paths the same (the metal path through its wrapper).
+    built = build(metal_library("utils.h", "copy.h"), "copy_v", (mx.float32, mx.float32, 1))
+    source = np.arange(8, dtype=np.float32)
+    target = backend if backend == "sim" else registered()
+    given = mx.zeros((8,), mx.float32)
+    out = built.kernel(buffers={"src": source, "dst": given, "size": 8}, grid=(8,),
+                       threads_per_threadgroup=(8,), backend=target)
+    np.testing.assert_array_equal(out["dst"], source)
+    np.testing.assert_array_equal(np.array(given), np.zeros(8, np.float32))
+    in_place = np.zeros(8, np.float32)
+    out = built.kernel(buffers={"src": source, "dst": in_place, "size": 8}, grid=(8,),
+                       threads_per_threadgroup=(8,), backend=target)
+    np.testing.assert_array_equal(in_place, source)
+    assert out["dst"] is in_place

@@ -14,10 +14,11 @@ import mlx.core as mx
 import numpy as np
 import pytest
 
+import mtwork
 from mtwork import new_buffer
 
 from .metal_path import run_both
-from .mlx_kernels import MLX, build, metal_library, name, rng
+from .mlx_kernels import KERNELS, MLX, build, metal_library, name, rng
 
 # --- softmax.h: SIMD reductions and threadgroup memory -----------------------------------
 
@@ -53,6 +54,24 @@ def test_softmax_looped(agreement) -> None:
                  threadgroups=(x.shape[0],), threads_per_threadgroup=(1024,))
     agreement("softmax_looped<float32>", MLX, out.mx("out"), mx.softmax(x, axis=-1),
               reference="mx.softmax (CPU)", compile_s=built.compile_s)
+
+
+def test_softmax_by_the_host_name_an_instantiation_macro_makes(agreement) -> None:
+    # A .metal file names its instantiations with MLX's own `instantiate_kernel` macro
+    # (defines.h), and the host asks for the host name (softmax.cpp: "block_softmax_" and
+    # the type's name): the name the macro makes is listed and runs.
+    lib = mtwork.load_metal(
+        "".join(f'#include "{KERNELS}{h}"\n' for h in ("utils.h", "softmax.h"))
+        + 'instantiate_kernel("block_softmax_float32", softmax_single_row, float, float, 4)\n'
+        + 'instantiate_kernel("looped_softmax_float32", softmax_looped, float, float, 4)\n',
+        name="softmax.metal")
+    assert {"block_softmax_float32", "looped_softmax_float32"} <= set(lib.host_names)
+    x = mx.array(rng().standard_normal((3, 64))).astype(mx.float32)
+    out = run_both(lib.kernel("block_softmax_float32"),
+                   buffers={"in": x, "out": new_buffer(x.shape), "axis_size": 64},
+                   threadgroups=(3,), threads_per_threadgroup=(32,))
+    agreement("block_softmax_float32 (host name)", MLX, out.mx("out"),
+              mx.softmax(x, axis=-1, precise=True), reference="mx.softmax precise (CPU)")
 
 
 # --- sdpa_vector.h: function constants, SIMD reductions, threadgroup memory --------------

@@ -112,7 +112,8 @@ def _tree_digest(folder: Path, pattern: str = "*") -> str:
 
 @cache
 def shim_version() -> str:
-    return _digest(_tree_digest(SHIM_DIR), _tree_digest(RUNTIME_DIR), " ".join(COMMON_FLAGS))
+    return _digest(_tree_digest(SHIM_DIR), _tree_digest(RUNTIME_DIR),
+                   " ".join((*COMMON_FLAGS, *TARGET_FLAGS)))
 
 
 def _reusable(target: Path) -> bool:
@@ -146,7 +147,9 @@ def runtime_library() -> Path:
         work = cachedir.work_dir(cache_dir())
         try:
             tmp = work / target.name
-            args = [*COMMON_FLAGS, "-shared", "-pthread",
+            # The kernels' target: zig builds its compiler_rt once per target, so a
+            # runtime for another one costs a first kernel a second build (~8 s).
+            args = [*COMMON_FLAGS, *TARGET_FLAGS, "-shared", "-pthread",
                     "-isystem", str(SHIM_DIR), *map(str, sources), "-o", str(tmp)]
             result = run_clang(args, "the emulator runtime")
             if result.returncode != 0:
