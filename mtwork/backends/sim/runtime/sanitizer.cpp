@@ -155,15 +155,29 @@ void out_of_bounds(Worker* w, uintptr_t address, bool write, const void* pc) {
   }
 }
 
+// Memory bound at several indices (an input that is also the output, as a kernel working
+// in place is called) is checked as the writable binding when written.
+int32_t buffer_at(const mtw_launch& L, uintptr_t address, bool write) {
+  int32_t found = -1;
+  for (uint32_t i = 0; i < L.nbuffers; ++i) {
+    const mtw_buffer_info& b = L.buffer_info[i];
+    if (address - b.base >= b.size) continue;
+    if (!write || b.kind != MTW_BUFFER_INPUT) return int32_t(i);
+    if (found < 0) found = int32_t(i);
+  }
+  return found;
+}
+
 // An access of `size` bytes at `address`, outside threadgroup memory and the stacks: it
 // must lie inside one buffer (a copy or a vector that starts inside and runs past the end
 // is out of bounds from its first byte outside), or in the kernel library's constants.
 void device_access(Worker* w, uintptr_t address, uint32_t size, bool write, const void* pc) {
   const mtw_launch& L = w->dispatch->launch;
-  for (uint32_t i = 0; i < L.nbuffers; ++i) {
+  int32_t index = buffer_at(L, address, write);
+  if (index >= 0) {
+    uint32_t i = uint32_t(index);
     const mtw_buffer_info& b = L.buffer_info[i];
     uint64_t at = address - b.base;
-    if (at >= b.size) continue;
     uint64_t inside = b.size - at < size ? b.size - at : size;
     if (write && b.kind == MTW_BUFFER_INPUT) {
       mtw_finding f = sanitizer_finding(w, MTW_FINDING_INPUT_WRITE, w->group.current, pc);
@@ -205,6 +219,9 @@ void on_access(const void* p, uint32_t size, bool write, const void* pc) {
     return;
   }
   if (a - w->os_stack_lo < w->os_stack_hi - w->os_stack_lo) return;
+  // The private arrays of kernel code the scheduler runs itself (the combine functions of
+  // SIMD-group functions) live on the worker's private stack.
+  if (a - reinterpret_cast<uintptr_t>(w->private_stack) < kWorkerPrivateStack) return;
   device_access(w, a, size, write, pc);
 }
 
