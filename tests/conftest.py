@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from mtwork.sanitizer import SanitizerWarning
+from mtwork.sanitizer import SanitizerError, SanitizerWarning
 
 os.environ.setdefault("MTWORK_BACKEND", "sim")
 
@@ -70,6 +70,13 @@ KNOWN_DEFECTS = {  # by test function, or by a test's full id for one parametriz
         "CumLogaddexp-dtype2-700-True-False")},
 }
 
+# A third-party defect the sanitizer stops at (an out-of-bounds write is stopped before it
+# happens, in any mode): rader_fft reads and writes a little past its last row, which
+# Metal's page-rounded buffers absorb.
+STOPPED_DEFECTS = {
+    "test_c2c_fft[34-False-rader-sanitized]": "rader_fft writes past the end of its output",
+}
+
 # Tests that check a fault itself (a sanitized run reports it as a finding instead): no
 # sanitized variant. The planted-bug corpus covers these kinds.
 NOT_SANITIZED = {"test_threadgroup_formula_is_what_the_kernel_declares"}
@@ -93,6 +100,9 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         sanitized = item.name.endswith(("-sanitized]", "[sanitized]"))
         if sanitized and item.name not in SANITIZED_BY_DEFAULT:
             item.add_marker(pytest.mark.slow)
+        if item.name in STOPPED_DEFECTS:
+            item.add_marker(pytest.mark.xfail(raises=SanitizerError, strict=True,
+                                              reason=STOPPED_DEFECTS[item.name]))
 
 
 def _findings(message: str) -> list[str]:
