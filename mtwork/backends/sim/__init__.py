@@ -19,11 +19,12 @@ from pathlib import Path
 
 import numpy as np
 
-from ...dispatch import Completion, Dispatch, Fresh, Program
+from ...dispatch import Completion, Dispatch, Engine, Fresh, Program
 from ...errors import KernelFault, KernelTimeout
 from ...sanitizer import SanitizerError
 from ...toolchain import clang
 from . import compiler, findings, runtime
+from .engine import Engines, check_same
 from .isolation import Isolated, isolate_by_default
 from .memory import Memory
 from .sources import translation_unit
@@ -68,6 +69,7 @@ class SimBackend:
         self._lock = threading.Lock()
         self._blocking: set[Path] = set()  # libraries that blocked on the fast path
         self._isolated: Isolated | None = None
+        self._engines = Engines()
 
     def unavailable_reason(self) -> str | None:
         """Why the emulator cannot run here, or None when it can."""
@@ -135,27 +137,34 @@ class SimBackend:
         compiled = self.compile(program, sanitize=sanitize)
         barrier_free = (not sanitize and compiled.library.path not in self._blocking
                         and _looks_barrier_free(program))
+        fast, why = self._fast_library(program, compiled, sanitize, barrier_free)
         saved = None
         while True:
             memory = Memory(program, call, place)
             if saved is not None:
                 memory.restore(saved)
-            elif barrier_free:
+            elif barrier_free or fast is not None:
                 saved = memory.snapshot()
             sanitizing = findings.describe_buffers(memory) if sanitize else None
             try:
-                used = self._run(program, compiled, memory, call, barrier_free, sanitizing)
-            except runtime.NeedsFibers:
+                used = self._run(program, fast or compiled.library, memory, call,
+                                 barrier_free or fast is not None, sanitizing)
+            except runtime.NeedsFibers as stop:
+                if fast is not None:  # the threads did not reach the same barrier
+                    why = self._engines.needs_fibers(compiled.library.path, str(stop))
+                    fast = None
+                    continue
                 # Blocking reached through a helper the text check cannot see: start again
                 # with fresh buffers on the general path, and remember it for next time.
                 self._blocking.add(compiled.library.path)
                 barrier_free = False
                 continue
             except KernelFault as fault:
-                if barrier_free and not isinstance(fault, KernelTimeout):
-                    # The fast path does not track which thread runs; fault again on the
+                if (barrier_free or fast is not None) and not isinstance(fault, KernelTimeout):
+                    # The fast paths do not track which thread runs; fault again on the
                     # general path to name it.
-                    barrier_free = False
+                    why = "the kernel faulted on the fast path; the fiber engine ran it again"
+                    barrier_free, fast = False, None
                     continue
                 if sanitizing is None:
                     raise
@@ -164,14 +173,40 @@ class SimBackend:
             if sanitizing is not None:
                 report = findings.report(program.label, compiled.translation,
                                          compiled.library.path, sanitizing, memory)
-            return Completion(memory.written(), report, used)
+            if fast is not None and self._engines.comparing():
+                return self._compared(program, call, place, compiled, memory, saved, used)
+            ran = Engine("fast") if fast else Engine("loops") if barrier_free else Engine(
+                "fibers", why)
+            return Completion(memory.written(), report, used, ran)
 
-    def _run(self, program: Program, compiled: _Compiled, memory: Memory, call: Dispatch,
-             barrier_free: bool, sanitizing: runtime.Sanitizing | None) -> int:
+    def _fast_library(self, program: Program, compiled: _Compiled, sanitize: bool,
+                      barrier_free: bool) -> tuple[runtime.KernelLibrary | None, str]:
+        """The fast engine's library for a kernel that blocks, or why there is none."""
+        if sanitize:
+            return None, "the sanitizer checks kernels on the fiber engine"
+        if barrier_free:
+            return None, ""
+        return self._engines.library(program, compiled.library.path)
+
+    def _compared(self, program: Program, call: Dispatch,
+                  place: Callable[[int, Fresh], np.ndarray] | None, compiled: _Compiled,
+                  fast: Memory, saved: dict[int, np.ndarray] | None, used: int) -> Completion:
+        """$MTWORK_SIM_ENGINE=compare: the dispatch run again on fibers, whose bytes must
+        be those the fast engine wrote; the fiber engine's buffers are returned."""
+        written = {i: a.copy() for i, a in fast.written().items()}
+        memory = Memory(program, call, place)
+        if saved is not None:
+            memory.restore(saved)
+        self._run(program, compiled.library, memory, call, False, None)
+        check_same(program.label, written, memory.written())
+        return Completion(memory.written(), None, used, Engine("fast", "compared with fibers"))
+
+    def _run(self, program: Program, library: runtime.KernelLibrary, memory: Memory,
+             call: Dispatch, barrier_free: bool, sanitizing: runtime.Sanitizing | None) -> int:
         geometry = call.geometry
         clamped = tuple(min(t, g) for t, g in zip(geometry.threadgroup, geometry.grid))
         return runtime.dispatch(
-            compiled.library, program.label, memory.table, geometry.grid, clamped,
+            library, program.label, memory.table, geometry.grid, clamped,
             tg_static_bytes=memory.threadgroup_bytes, timeout=call.options.timeout,
             barrier_free=barrier_free, sanitizing=sanitizing)
 

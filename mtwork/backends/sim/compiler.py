@@ -80,7 +80,7 @@ KERNEL_FLAGS = ("-fsanitize=safe-stack", "-mllvm", "-safestack-use-pointer-addre
 _build_lock = threading.Lock()
 
 
-def _digest(*parts: bytes | str) -> str:
+def digest(*parts: bytes | str) -> str:
     h = hashlib.sha256()
     for p in parts:
         h.update(p.encode() if isinstance(p, str) else p)
@@ -99,10 +99,10 @@ def _tree_digest(folder: Path, pattern: str = "*") -> str:
 
 @cache
 def shim_version() -> str:
-    return _digest(_tree_digest(SHIM_DIR), _tree_digest(RUNTIME_DIR), " ".join(COMMON_FLAGS))
+    return digest(_tree_digest(SHIM_DIR), _tree_digest(RUNTIME_DIR), " ".join(COMMON_FLAGS))
 
 
-def _reusable(target: Path) -> bool:
+def reusable(target: Path) -> bool:
     """Whether a cached artefact can be used: present and whole; one that is not (cut
     short, zeroed, changed) is removed, to be built again."""
     if cachedir.is_sealed(target):
@@ -120,7 +120,7 @@ def runtime_library() -> Path:
     target = cache_dir() / f"libmtwrt-{shim_version()}.so"
     cachedir.pin(target)
     with _build_lock:
-        if _reusable(target):
+        if reusable(target):
             return target
         work = cachedir.work_dir(cache_dir())
         try:
@@ -147,11 +147,11 @@ def prelude_dir() -> Path:
             "install mlx >= 0.32 (`pip install 'mlx[cpu]'` on Linux)"
         )
     kernels = source / "mlx" / "backend" / "metal" / "kernels"
-    rewrite_hash = _digest((PACKAGE_DIR / "rewrite.py").read_bytes())
+    rewrite_hash = digest((PACKAGE_DIR / "rewrite.py").read_bytes())
     target = cache_dir() / f"mlx-headers-{_tree_digest(kernels, '*.h')}-{rewrite_hash}"
     cachedir.pin(target)  # every compile of this process includes from it
     with _build_lock:
-        if _reusable(target):
+        if reusable(target):
             return target
         tmp = cachedir.work_dir(cache_dir())
         for header in kernels.rglob("*.h"):
@@ -181,10 +181,10 @@ def compile_kernel(tu: Translation, math_mode: str, kernel_label: str,
     if sanitize:
         flags += SANITIZE_FLAGS
     user_includes = [arg for d in include_dirs for arg in ("-I", str(d))]
-    key = _digest(tu.text, " ".join(flags), shim_version(), str(mlx_include_dir()),
+    key = digest(tu.text, " ".join(flags), shim_version(), str(mlx_include_dir()),
                   *user_includes)
     target = cache_dir() / "kernels" / f"{key}.so"
-    if _reusable(target):
+    if reusable(target):
         return target
     work = cachedir.work_dir(target.parent)
     try:

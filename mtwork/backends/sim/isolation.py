@@ -223,7 +223,7 @@ class Isolated:
         kind, value = reply
         if kind == "error":
             raise value
-        written, report, used = value
+        written, report, used, engine = value
         buffers = {}
         for index in written:
             arena_view = placements[index].view(self._arena.map)  # type: ignore[arg-type]
@@ -234,7 +234,7 @@ class Isolated:
             else:
                 buffers[index] = np.array(arena_view)
             del arena_view
-        return Completion(buffers, report, used)
+        return Completion(buffers, report, used, engine)
 
 
 def _c_strides(shape: tuple[int, ...], itemsize: int) -> tuple[int, ...]:

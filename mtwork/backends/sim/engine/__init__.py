@@ -1,0 +1,98 @@
+"""The fast engine: a kernel with barriers runs as loops over the threads of a group, one
+region (the code between two barriers) at a time, instead of one fiber per thread.
+
+`Engines` decides, per dispatch, which engine runs a kernel: the fast one where it has a
+library for it and the kernel has not shown it needs fibers, else the fiber engine (the
+reference, and the sanitizer's). It says which ran and, when it was not the fast one,
+why (`Engine`). $MTWORK_SIM_ENGINE picks the policy: `auto` (the default), `fibers`
+(always the reference), or `compare` (both, where the fast one can run, with their
+written bytes required to be equal: the differential test runs the conformance suite
+this way).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Mapping
+from pathlib import Path
+
+import numpy as np
+
+from ....dispatch import Program
+from .. import runtime
+from .build import Built, build
+
+__all__ = ["MODES", "EngineMismatch", "Engines", "engine_mode"]
+
+MODES = ("auto", "fibers", "compare")
+FAST, FIBERS, LOOPS = "fast", "fibers", "loops"
+
+
+class EngineMismatch(AssertionError):
+    """The fast engine and the fiber engine wrote different bytes (compare mode)."""
+
+
+def engine_mode() -> str:
+    """$MTWORK_SIM_ENGINE: auto (default), fibers or compare."""
+    mode = os.environ.get("MTWORK_SIM_ENGINE", "auto").strip().lower() or "auto"
+    if mode not in MODES:
+        raise ValueError(f"MTWORK_SIM_ENGINE must be one of {', '.join(MODES)}, got {mode!r}")
+    return mode
+
+
+class Engines:
+    """The fast engine's libraries, and what each kernel has shown."""
+
+    def __init__(self) -> None:
+        self._built: dict[Path, Built] = {}  # by the fiber library's path
+        self._needs_fibers: dict[Path, str] = {}
+        self._lock = threading.Lock()
+
+    def library(self, program: Program, fibers: Path) -> tuple[runtime.KernelLibrary | None, str]:
+        """The fast library for `program` (whose fiber library is `fibers`), or None and
+        the reason why the fiber engine runs it."""
+        if engine_mode() == "fibers":
+            return None, "$MTWORK_SIM_ENGINE=fibers"
+        with self._lock:
+            reason = self._needs_fibers.get(fibers)
+            built = self._built.get(fibers)
+        if reason is not None:
+            return None, reason
+        if built is None:
+            built = build(program)
+            with self._lock:
+                self._built[fibers] = built
+        if built.path is None:
+            return None, f"the fast engine cannot run this kernel: {built.refused}"
+        return runtime.load(built.path), ""
+
+    def needs_fibers(self, fibers: Path, reason: str) -> str:
+        """Remembers that the kernel of `fibers` must run on fibers; returns the reason as
+        a user reads it."""
+        note = f"the fast engine found that {reason}; it runs on fibers from now on"
+        with self._lock:
+            self._needs_fibers[fibers] = note
+        return note
+
+    @staticmethod
+    def comparing() -> bool:
+        return engine_mode() == "compare"
+
+
+def check_same(label: str, fast: Mapping[int, np.ndarray],
+               fibers: Mapping[int, np.ndarray]) -> None:
+    """Raises EngineMismatch unless both engines wrote the same bytes to every buffer."""
+    for index, reference in fibers.items():
+        got = fast[index]
+        if got.tobytes() == reference.tobytes():
+            continue
+        width = max(reference.itemsize, 1)
+        a = np.frombuffer(got.tobytes(), np.uint8).reshape(-1, width)
+        b = np.frombuffer(reference.tobytes(), np.uint8).reshape(-1, width)
+        differ = np.flatnonzero((a != b).any(axis=1))
+        first = int(differ[0])
+        raise EngineMismatch(
+            f"`{label}`: buffer {index} differs between the fast engine and the fiber engine "
+            f"in {differ.size} of {b.shape[0]} elements, first at {first} (fast "
+            f"{got.reshape(-1)[first]!r}, fibers {reference.reshape(-1)[first]!r})")
