@@ -24,7 +24,7 @@ from ...errors import KernelFault, KernelTimeout
 from ...sanitizer import SanitizerError
 from ...toolchain import clang
 from . import compiler, findings, runtime
-from .engine import Engines, check_same
+from .engine import Engines, FastLibrary, check_same
 from .isolation import Isolated, isolate_by_default
 from .memory import Memory
 from .sources import translation_unit
@@ -144,11 +144,12 @@ class SimBackend:
             if saved is not None:
                 memory.restore(saved)
             elif barrier_free or fast is not None:
-                saved = memory.snapshot()
+                saved = memory.snapshot(every=fast is not None and (
+                    fast.may_diverge or self._engines.comparing()))
             sanitizing = findings.describe_buffers(memory) if sanitize else None
             try:
-                used = self._run(program, fast or compiled.library, memory, call,
-                                 barrier_free or fast is not None, sanitizing)
+                used = self._run(program, fast.library if fast else compiled.library, memory,
+                                 call, barrier_free or fast is not None, sanitizing)
             except runtime.NeedsFibers as stop:
                 if fast is not None:  # the threads did not reach the same barrier
                     why = self._engines.needs_fibers(compiled.library.path, str(stop))
@@ -180,7 +181,7 @@ class SimBackend:
             return Completion(memory.written(), report, used, ran)
 
     def _fast_library(self, program: Program, compiled: _Compiled, sanitize: bool,
-                      barrier_free: bool) -> tuple[runtime.KernelLibrary | None, str]:
+                      barrier_free: bool) -> tuple[FastLibrary | None, str]:
         """The fast engine's library for a kernel that blocks, or why there is none."""
         if sanitize:
             return None, "the sanitizer checks kernels on the fiber engine"

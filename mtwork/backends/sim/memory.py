@@ -11,6 +11,7 @@ from an input (its shape, strides, ndim) are computed from that input.
 from __future__ import annotations
 
 import ctypes
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -21,6 +22,8 @@ from ...dispatch import Bound, Dispatch, Fresh, Param, Program
 from .sources import THREADGROUP_SLOT_BASE
 
 __all__ = ["Memory"]
+
+_CONST = re.compile(r"\bconst(?:ant)?\b")
 
 
 def _derived(kind: str, view: np.ndarray) -> np.ndarray:
@@ -91,10 +94,18 @@ class Memory:
                 if p.kind == "buffer" and p.index in self.arrays
                 and self.kind(p) in ("fresh", "writable")}
 
-    def snapshot(self) -> dict[int, np.ndarray]:
-        """Copies of the writable bound buffers, to undo an attempt that must run again."""
-        return {i: a.copy() for i, a in self.written().items()
-                if not isinstance(self.dispatch.buffers.get(i), Fresh)}
+    def snapshot(self, every: bool = False) -> dict[int, np.ndarray]:
+        """Copies of the bound buffers a kernel may write (writable ones, and inputs its
+        signature does not make const, which it writes in place as on Metal; `every`
+        bound buffer when the kernel may write through a const one, as the metal
+        backend's wrapper does), to undo an attempt that must run again."""
+        out = {}
+        for p in self.program.params:
+            buf = self.dispatch.buffers.get(p.index)  # type: ignore[arg-type]
+            if (p.kind == "buffer" and p.derived is None and isinstance(buf, Bound)
+                    and (every or buf.writable or not _CONST.search(p.type_text))):
+                out[p.index] = self.arrays[p.index].copy()  # type: ignore[index]
+        return out
 
     def restore(self, saved: dict[int, np.ndarray]) -> None:
         for index, copy in saved.items():

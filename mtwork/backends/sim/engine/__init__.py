@@ -12,9 +12,11 @@ this way).
 
 from __future__ import annotations
 
+import ctypes
 import os
 import threading
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -23,10 +25,25 @@ from ....dispatch import Program
 from .. import runtime
 from .build import Built, build
 
-__all__ = ["MODES", "EngineMismatch", "Engines", "engine_mode"]
+__all__ = ["MODES", "EngineMismatch", "Engines", "FastLibrary", "check_same", "engine_mode"]
 
 MODES = ("auto", "fibers", "compare")
 FAST, FIBERS, LOOPS = "fast", "fibers", "loops"
+
+
+@dataclass(frozen=True)
+class FastLibrary:
+    """A kernel's library for the fast engine; `may_diverge`: its threads may not all reach
+    the same barrier, so a dispatch may have to start again on fibers."""
+
+    library: runtime.KernelLibrary
+    may_diverge: bool
+
+    @classmethod
+    def load(cls, path: Path) -> FastLibrary:
+        library = runtime.load(path)
+        flag = ctypes.c_int.in_dll(library.handle, "mtw_engine_may_diverge").value
+        return cls(library, bool(flag))
 
 
 class EngineMismatch(AssertionError):
@@ -49,7 +66,7 @@ class Engines:
         self._needs_fibers: dict[Path, str] = {}
         self._lock = threading.Lock()
 
-    def library(self, program: Program, fibers: Path) -> tuple[runtime.KernelLibrary | None, str]:
+    def library(self, program: Program, fibers: Path) -> tuple[FastLibrary | None, str]:
         """The fast library for `program` (whose fiber library is `fibers`), or None and
         the reason why the fiber engine runs it."""
         if engine_mode() == "fibers":
@@ -65,7 +82,7 @@ class Engines:
                 self._built[fibers] = built
         if built.path is None:
             return None, f"the fast engine cannot run this kernel: {built.refused}"
-        return runtime.load(built.path), ""
+        return FastLibrary.load(built.path), ""
 
     def needs_fibers(self, fibers: Path, reason: str) -> str:
         """Remembers that the kernel of `fibers` must run on fibers; returns the reason as

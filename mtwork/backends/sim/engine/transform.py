@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from .cfg import Liveness
 from .emit import Layout, region_function
 from .ir import Function, Instruction, IRError, Module, parse_module
-from .regions import BARRIER, canonical, form_regions
+from .regions import BARRIER, Regions, canonical, form_regions
 from .slots import plan
 from .types import named_types
 from .uniformity import analyse, invariant_loads
@@ -40,6 +40,7 @@ class Transformed:
     barriers: int
     regions: int
     kept: dict[str, int]  # how many values of each kind live across barriers
+    may_diverge: bool  # threads may leave a region at different barriers
 
 
 def _call_arguments(text: str, callee: str) -> tuple[str, list[str], str]:
@@ -152,6 +153,21 @@ def _attributes(header: str) -> str:
     return m.group(1)
 
 
+def _may_diverge(regions: Regions, divergent_blocks: set[str]) -> bool:
+    """Whether some threads may leave a region another way than others: a region with two
+    ways out (barriers, or a barrier and the return) leaves by one of them from a block
+    that only some threads run."""
+    function = regions.function.block_map()
+    stops = {s.block for s in regions.syncs}
+    for region in regions.regions:
+        leaving = [b for b in region.blocks if function[b].terminator.opcode == "ret"
+                   or set(regions.graph.succ[b]) & stops]
+        ways = len(region.exits) + any(function[b].terminator.opcode == "ret" for b in leaving)
+        if ways > 1 and set(leaving) & divergent_blocks:
+            return True
+    return False
+
+
 def transform(module_text: str) -> Transformed:
     """The engine's module for `module_text` (see the module docstring); `IRError` says
     why a kernel cannot be run this way."""
@@ -182,6 +198,8 @@ def transform(module_text: str) -> Transformed:
             pieces.append(piece if pieces else piece + "\n" + layout.type_definitions())
     pieces += texts
     pieces.append(_driver(len(regions.regions), sites, attributes))
+    may_diverge = _may_diverge(regions, uniformity.divergent_blocks)
+    pieces.append(f"@mtw_engine_may_diverge = constant i32 {int(may_diverge)}")
     text = Module(pieces).text()
     for name, declaration in _DECLARATIONS.items():
         if not re.search(rf"^(?:declare|define)\b[^\n]*{re.escape(name)}\(", text, re.M):
@@ -190,4 +208,4 @@ def transform(module_text: str) -> Transformed:
     for values in decided.stored_at:
         for v in values:
             kept[decided.kinds[v].value] = kept.get(decided.kinds[v].value, 0) + 1
-    return Transformed(text, len(regions.syncs), len(regions.regions), kept)
+    return Transformed(text, len(regions.syncs), len(regions.regions), kept, may_diverge)
