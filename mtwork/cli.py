@@ -3,18 +3,31 @@
     mtwork run [NOTEBOOK ...] [-p NAME VALUE ...] [--backend B] [--out DIR]
     mtwork kernels
     mtwork backends
+    mtwork cache [info|clear]
 """
 
 from __future__ import annotations
 
 import argparse
 import ast
-import os
 import sys
 from pathlib import Path
 
+from .walkthrough.execute import NotebookRun, run_notebook
+from .walkthrough.export import export_html
+from .walkthrough.parameters import notebook_parameters
+
+__all__ = ["export_html", "main", "run_notebook"]
+
 DEFAULT_NOTEBOOKS = Path("notebooks")
 DEFAULT_OUT = Path("out")
+USAGE_ERROR = 2  # argparse's exit code for a bad command line; a backend that cannot run too
+
+_PARAMETER_HELP = """\
+set parameter NAME of the notebooks to VALUE (repeat -p for more). VALUE is read as a
+Python literal when it is one (-p rows 8, -p dtypes "['float16']"), else taken as
+text (-p sweep_dtype float16). A notebook gets the parameters it declares (its
+cell tagged `parameters`); a NAME no notebook run declares is an error."""
 
 
 def _parameter_value(text: str) -> object:
@@ -41,57 +54,81 @@ def _notebooks(paths: list[str]) -> list[Path]:
     return found
 
 
-def export_html(notebook: Path, html: Path) -> None:
-    """Writes an HTML walkthrough of an executed notebook (plots embedded, no network)."""
-    import nbformat
-    from nbconvert import HTMLExporter
+def _notebook_parameters_text() -> str:
+    """The epilog of `mtwork run --help`: what each notebook of ./notebooks takes."""
+    notebooks = sorted(DEFAULT_NOTEBOOKS.glob("*.ipynb"))
+    if not notebooks:
+        return ("Run `mtwork run --help` from the mtwork checkout to see the parameters of "
+                "its notebooks.")
+    lines = [f"parameters of the notebooks in {DEFAULT_NOTEBOOKS}/ (name = default: meaning):"]
+    for notebook in notebooks:
+        lines.append(f"  {notebook.name}")
+        for p in notebook_parameters(notebook):
+            lines.append(f"    {p.name} = {p.default}" + (f": {p.help}" if p.help else ""))
+    return "\n".join(lines)
 
-    nb = nbformat.read(notebook, as_version=4)
-    body, _ = HTMLExporter().from_notebook_node(nb)
-    html.write_text(body, encoding="utf-8")
+
+def _backend_problem(name: str | None) -> str | None:
+    """Why `name` (None: this machine's default) cannot run kernels here, or None."""
+    from .backends import backends, default_backend
+
+    reasons = backends()
+    chosen = name or default_backend()
+    if chosen not in reasons:
+        return f"unknown backend {chosen!r}: choose one of {', '.join(sorted(reasons))}"
+    if reasons[chosen] is not None:
+        return f"backend {chosen!r} cannot run here: {reasons[chosen]}"
+    return None
 
 
-def run_notebook(notebook: Path, out_dir: Path, parameters: dict[str, object]) -> Path:
-    """Executes one notebook with papermill and exports it; returns the HTML path.
-    Raises papermill's PapermillExecutionError when a cell fails."""
-    import papermill
+def _parameters_for(notebooks: list[Path], parameters: dict[str, object]
+                    ) -> tuple[dict[Path, dict[str, object]], str | None]:
+    """Each notebook's share of the -p parameters, or an error naming what none declares."""
+    declared = {nb: {p.name for p in notebook_parameters(nb)} for nb in notebooks}
+    known = set().union(*declared.values())
+    unknown = sorted(set(parameters) - known - {"backend"})
+    if unknown:
+        return {}, (f"no notebook run declares the parameter(s) {', '.join(unknown)}; "
+                    f"they declare: {', '.join(sorted(known)) or 'none'}")
+    return {nb: {k: v for k, v in parameters.items() if k in names or k == "backend"}
+            for nb, names in declared.items()}, None
 
-    out_dir.mkdir(parents=True, exist_ok=True)
-    executed = out_dir / notebook.name
-    # Plotly >= 6 only emits a mimetype nbconvert drops; the notebook renderer embeds
-    # plotly.js so the walkthrough works offline.
-    os.environ.setdefault("PLOTLY_RENDERER", "notebook")
-    papermill.execute_notebook(
-        str(notebook),
-        str(executed),
-        parameters=parameters,
-        cwd=str(notebook.parent),
-        progress_bar=False,
-        kernel_name="python3",
-    )
-    html = executed.with_suffix(".html")
-    export_html(executed, html)
-    return html
+
+def _summary(runs: list[NotebookRun]) -> list[str]:
+    from .display import seconds_text, text_table
+
+    rows = []
+    for run in runs:
+        if run.ok:
+            status = "ok"
+        else:
+            where = f" in cell [{run.failed_cell}]" if run.failed_cell is not None else ""
+            status = f"FAILED{where}: {run.error}"[:100]
+        rows.append([str(run.notebook), status, seconds_text(run.seconds),
+                     str(run.html) if run.html else "(none)"])
+    return text_table(["notebook", "status", "time", "HTML"], rows)
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
     parameters = {name: _parameter_value(value) for name, value in args.parameter}
     if args.backend:
         parameters["backend"] = args.backend
-        os.environ["MTWORK_BACKEND"] = args.backend
-    failed = []
-    for notebook in _notebooks(args.notebooks):
-        print(f"running {notebook} ...", flush=True)
-        try:
-            html = run_notebook(notebook, Path(args.out), parameters)
-        except Exception as exc:  # noqa: BLE001 - report every notebook, then fail
-            failed.append(notebook)
-            print(f"FAILED {notebook}: {exc}", file=sys.stderr)
-            continue
-        print(f"  wrote {html}")
+    backend = parameters.get("backend")
+    problem = _backend_problem(backend if isinstance(backend, str) else None)
+    if problem:
+        print(f"mtwork run: {problem}", file=sys.stderr)
+        return USAGE_ERROR
+    notebooks = _notebooks(args.notebooks)
+    shares, problem = _parameters_for(notebooks, parameters)
+    if problem:
+        print(f"mtwork run: {problem}", file=sys.stderr)
+        return USAGE_ERROR
+    env = {"MTWORK_BACKEND": backend} if isinstance(backend, str) else {}
+    runs = [run_notebook(nb, Path(args.out), shares[nb], env=env) for nb in notebooks]
+    print("\n".join(_summary(runs)))
+    failed = [run for run in runs if not run.ok]
     if failed:
-        print(f"{len(failed)} notebook(s) failed: {', '.join(map(str, failed))}",
-              file=sys.stderr)
+        print(f"{len(failed)} of {len(runs)} notebook(s) failed", file=sys.stderr)
         return 1
     return 0
 
@@ -132,14 +169,36 @@ def _cmd_cache(args: argparse.Namespace) -> int:
     return 0
 
 
-def main(argv: list[str] | None = None) -> int:
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    from . import __version__
+
+    try:
+        return version("mtwork")
+    except PackageNotFoundError:  # run from a checkout that is not installed
+        return __version__
+
+
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="mtwork", description=__doc__.splitlines()[0])
+    parser.add_argument("--version", action="version", version=f"mtwork {_version()}")
     sub = parser.add_subparsers(dest="command", required=True)
-    run = sub.add_parser("run", help="execute notebooks and write HTML walkthroughs")
+    run = sub.add_parser(
+        "run", help="execute notebooks and write HTML walkthroughs",
+        description=(
+            "Execute notebooks with papermill (a progress bar per notebook, over its cells)\n"
+            "and write an HTML walkthrough of each to --out, also of a notebook that fails\n"
+            "(its failing cell marked); a summary table ends the run. Exit status: 0 when\n"
+            "every notebook ran, 1 when one failed, 2 when the backend cannot run here or\n"
+            "the command line is wrong."),
+        epilog=_notebook_parameters_text(), formatter_class=argparse.RawDescriptionHelpFormatter)
     run.add_argument("notebooks", nargs="*", help="notebooks to run (default: notebooks/*)")
     run.add_argument("-p", "--parameter", nargs=2, action="append", default=[],
-                     metavar=("NAME", "VALUE"), help="set a notebook parameter")
-    run.add_argument("--backend", choices=["metal", "sim"], help="backend for the kernels")
+                     metavar=("NAME", "VALUE"), help=_PARAMETER_HELP)
+    run.add_argument("--backend", help="backend for the kernels: sim or metal (default: "
+                     "metal where MLX has a Metal device, else sim); checked before any "
+                     "notebook starts")
     run.add_argument("--out", default=str(DEFAULT_OUT), help="output folder (default: out)")
     run.set_defaults(handler=_cmd_run)
     sub.add_parser("kernels", help="list the kernel families and their kernels").set_defaults(
@@ -151,7 +210,11 @@ def main(argv: list[str] | None = None) -> int:
     cache = sub.add_parser("cache", help="what mtwork has cached, or clear it")
     cache.add_argument("action", nargs="?", choices=["info", "clear"], default="info")
     cache.set_defaults(handler=_cmd_cache)
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
     return args.handler(args)
 
 

@@ -1,22 +1,26 @@
 """How mtwork writes numbers, values and tables, in text and in HTML, in one style.
 
-Times use engineering units chosen once per table (``863.4 µs`` beside ``18.85 ms``,
-never ``1.885e+04 µs``), four significant digits; parameter values print as a kernel
-author writes them (``float16``, ``q8_0``, ``(16, 16, 1)``).
+Times use engineering units (``863.4 µs`` beside ``18.85 ms``, never ``1.885e+04 µs``),
+four significant digits; other numbers (errors, metrics, figure labels) use `number_text`:
+significant digits, plain notation from 0.001 to a million (``0.2524``, ``2230``), short
+exponents beyond (``1.53e-8``); parameter values print as a kernel author writes them
+(``float16``, ``q8_0``, ``(16, 16, 1)``). `DiffTable` sums up many diffs in one table.
 """
 
 from __future__ import annotations
 
 import html
 import inspect
-from collections.abc import Sequence
+import math
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import mlx.core as mx
 
-__all__ = ["TimeUnit", "bytes_text", "callable_name", "count_text", "html_table",
-           "percent_text", "seconds_text", "text_table", "value_text"]
+__all__ = ["DiffTable", "TimeUnit", "bytes_text", "callable_name", "count_text",
+           "html_table", "number_text", "percent_text", "seconds_text", "text_table",
+           "value_text"]
 
 
 @dataclass(frozen=True)
@@ -41,12 +45,39 @@ class TimeUnit:
         return cls.for_seconds(min(positive)) if positive else cls("s", 1.0)
 
     def format(self, seconds: float) -> str:
-        return f"{seconds / self.scale:.4g} {self.name}"
+        """`seconds` in this unit with four significant digits; a time this unit would
+        show as 1000 or more, or below 1, gets its own unit (``18.85 ms`` in a column of
+        µs), so no time is ever written with an exponent."""
+        value = seconds / self.scale
+        own = TimeUnit.for_seconds(abs(seconds))
+        if value and not 1 <= abs(value) < 1000 and own != self:
+            return own.format(seconds)
+        return f"{number_text(value, 4)} {self.name}"
 
 
 def seconds_text(seconds: float) -> str:
     """A duration in the unit that gives 1-999: ns, µs, ms or s."""
     return TimeUnit.for_seconds(abs(seconds)).format(seconds)
+
+
+def number_text(value: float | None, digits: int = 3) -> str:
+    """A number to `digits` significant digits: plain from 0.001 up to a million
+    (``0.2524``, ``2230``, ``1.5``), else with a short exponent (``1.53e-8``, ``4.2e9``);
+    ``0`` for zero, ``n/a`` for None."""
+    if value is None:
+        return "n/a"
+    value = float(value)
+    if value == 0 or not math.isfinite(value):
+        return "0" if value == 0 else str(value)
+    magnitude = math.floor(math.log10(abs(value)))
+    if -3 <= magnitude < 6:
+        rounded = round(value, digits - 1 - magnitude)
+        text = f"{rounded:.{max(digits - 1 - magnitude, 0)}f}"
+        return text.rstrip("0").rstrip(".") if "." in text else text
+    mantissa, exponent = f"{value:.{digits - 1}e}".split("e")
+    if "." in mantissa:
+        mantissa = mantissa.rstrip("0").rstrip(".")
+    return f"{mantissa}e{int(exponent)}"
 
 
 def count_text(value: float) -> str:
@@ -139,3 +170,54 @@ def html_table(
     return ('<div style="font-family:sans-serif;font-size:0.9em">'
             f'{top}<table style="border-collapse:collapse"><tr>{head}</tr>{"".join(body)}'
             f"</table>{foot}</div>")
+
+
+_PASS, _FAIL = "#1a7f37", "#cf222e"
+
+
+class DiffTable:
+    """Many diff reports (`mtwork.diff`'s) as one table, a row each, with every report in
+    full folded underneath (HTML `<details>`, open when one failed). `reports` maps a label
+    to a report, or is a sequence of reports labelled by their names."""
+
+    header = ("check", "verdict", "max abs err", "max rel err", "max ULP", "mismatches",
+              "band")
+
+    def __init__(self, reports: Mapping[str, Any] | Iterable[Any], caption: str = ""):
+        items = reports.items() if isinstance(reports, Mapping) else (
+            (r.name or f"#{i}", r) for i, r in enumerate(reports))
+        self.reports: dict[str, Any] = {str(label): r for label, r in items}
+        self.caption = caption
+
+    @property
+    def ok(self) -> bool:
+        return all(r.ok for r in self.reports.values())
+
+    def _rows(self) -> list[list[str]]:
+        return [[label, "PASS" if r.ok else "FAIL", number_text(r.max_abs_err),
+                 number_text(r.max_rel_err), "n/a" if r.max_ulp is None else count_text(
+                     r.max_ulp), f"{count_text(r.n_mismatch)}/{count_text(r.size)}", r.band]
+                for label, r in self.reports.items()]
+
+    def _headline(self) -> str:
+        passed = sum(r.ok for r in self.reports.values())
+        return (f"{self.caption + ': ' if self.caption else ''}{passed} of "
+                f"{len(self.reports)} checks pass")
+
+    def __str__(self) -> str:
+        return "\n".join([self._headline(), *text_table(self.header, self._rows())])
+
+    def __repr__(self) -> str:
+        return f"<DiffTable {self._headline()}>"
+
+    def _repr_html_(self) -> str:
+        rows = self._rows()
+        styles = [["", f"color:{_PASS if row[1] == 'PASS' else _FAIL};font-weight:bold"]
+                  for row in rows]
+        table = html_table(caption=self._headline(), header=self.header, rows=rows,
+                           cell_styles=styles)
+        reports = "".join(f'<div style="margin:6px 0">{r._repr_html_()}</div>'
+                          for r in self.reports.values())
+        opened = "" if self.ok else " open"
+        return (f"{table}<details{opened}><summary>the {len(self.reports)} reports in full"
+                f"</summary>{reports}</details>")

@@ -35,7 +35,7 @@ from .dispatch import (
     options,
 )
 from .limits import MAX_THREADS_PER_THREADGROUP
-from .msl import body
+from .msl import body, checks
 from .sanitizer import SanitizerError, SanitizerReport
 
 __all__ = ["Launch", "MetalKernel", "define_lines", "metal_kernel"]
@@ -156,14 +156,14 @@ class MetalKernel:
         if both:
             raise ValueError(f"{_PREFIX}{sorted(both)} named twice: as an input and as an "
                              f"output (the kernel's parameters need names of their own)")
-        body.check_has_outputs(self.output_names)
+        checks.check_has_outputs(self.output_names)
         _check_text(self.source, "source")
         _check_text(self.header, "header")
         for flag in ("ensure_row_contiguous", "atomic_outputs"):
             if not isinstance(getattr(self, flag), bool):
                 raise TypeError(f"{_PREFIX}`{flag}` must be True or False, got "
                                 f"{getattr(self, flag)!r}")
-        body.validate_compile_options(self.compile_options)
+        checks.validate_compile_options(self.compile_options)
         if self.backend is not None:
             get_backend(self.backend)
 
@@ -176,7 +176,7 @@ class MetalKernel:
 
     @property
     def math_mode(self) -> str:
-        return body.validate_compile_options(self.compile_options)
+        return checks.validate_compile_options(self.compile_options)
 
     def __repr__(self) -> str:
         return (f"MetalKernel({self.name!r}, inputs={list(self.input_names)}, "
@@ -201,7 +201,7 @@ class MetalKernel:
         options = None if self.compile_options is None else tuple(self.compile_options.items())
         form = BodyForm(self.name, self.input_names, self.output_names, self.source,
                         self.header, self.ensure_row_contiguous, self.atomic_outputs, options,
-                        tuple(body.validate_template(template)) or None)
+                        tuple(checks.validate_template(template)) or None)
         return Program(
             label=self.name,
             sources=Sources(gen.text, "<generated>", prelude=body.PRELUDE,
@@ -241,7 +241,7 @@ class MetalKernel:
         inputs = _sequence(inputs, "inputs")
         output_shapes = _sequence(output_shapes, "output_shapes")
         output_dtypes = _sequence(output_dtypes, "output_dtypes")
-        body.check_call_sizes(self.input_names, self.output_names, inputs, output_shapes,
+        checks.check_call_sizes(self.input_names, self.output_names, inputs, output_shapes,
                               output_dtypes)
         shape = geometry(grid, threadgroup, exactly_three=True,
                          max_threads=MAX_THREADS_PER_THREADGROUP, prefix=_PREFIX)
@@ -256,7 +256,7 @@ class MetalKernel:
         gen = self.generate(arrays, kinds, template)
         if verbose:
             print(gen.verbose_text(), end="")
-        body.check_gpu_dtypes([a.dtype for a in arrays], kinds)
+        checks.check_gpu_dtypes([a.dtype for a in arrays], kinds)
         program = self.program(gen, template)
         buffers: dict[int, Bound | Fresh] = {}
         for p, arr in zip(gen.params_of("input"), arrays):

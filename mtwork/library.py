@@ -32,7 +32,7 @@ from .backends import get as get_backend
 from .dispatch import Sources
 from .errors import CompileError
 from .library_kernel import Kernel, LibraryLaunch, Outputs
-from .msl.body import MATH_MODES
+from .msl.checks import MATH_MODES
 from .msl.includes import included_files
 from .msl.preprocess import preprocess
 from .msl.signature import FunctionConstant, Instantiation, KernelSignature, parse_source

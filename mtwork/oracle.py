@@ -21,7 +21,6 @@ Conventions used throughout:
 
 from __future__ import annotations
 
-import html
 import math
 from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any, Literal
@@ -30,8 +29,8 @@ import mlx.core as mx
 import numpy as np
 
 from .diffplot import Elements, combined_figure, heatmap_figure, histogram_figure
+from .difftext import headline, report_html, report_text
 from .floats import (
-    COMPLEX_PART,
     band,
     comparison_dtype,
     cosine,
@@ -52,7 +51,6 @@ ArrayLike = Any  # mx.array, np.ndarray, Python scalar or nested list
 Scalar = bool | int | float | complex
 
 _FLOAT_FIELDS = ("atol", "rtol", "max_abs_err", "max_rel_err", "mean_ulp", "cosine")
-_PASS_COLOUR, _FAIL_COLOUR = "#1a7f37", "#cf222e"
 
 
 @dataclass(frozen=True)
@@ -97,15 +95,10 @@ class DiffReport:
         return self.n_mismatch / self.size if self.size else 0.0
 
     def __str__(self) -> str:
-        lines = [_headline(self)]
-        lines += ["  " + "   ".join(f"{k} {v}" for k, v in group) for group in _metric_groups(self)]
-        if self.mismatches:
-            lines.append("  first mismatches (row-major):")
-            lines += [f"    {_format_mismatch(self, m)}" for m in self.mismatches]
-        return "\n".join(lines)
+        return report_text(self)
 
     def _repr_html_(self) -> str:
-        return _report_html(self)
+        return report_html(self)
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-safe dict (non-finite floats become "nan"/"inf"/"-inf", complex [re, im])."""
@@ -154,7 +147,7 @@ class DiffReport:
                 "this report carries no element data (it was restored from a dict); "
                 "run diff() again to plot it"
             )
-        title = (f"{_headline(self)}: {self.dtype} {self.shape}, {self.n_mismatch}/"
+        title = (f"{headline(self)}: {self.dtype} {self.shape}, {self.n_mismatch}/"
                  f"{self.size} mismatches")
         ulps = self.max_ulp is not None
         if kind == "heatmap":
@@ -345,86 +338,3 @@ def _from_json(value: Any) -> Any:
     if isinstance(value, str):
         return float(value)
     return value
-
-
-# --- text and HTML --------------------------------------------------------------------------
-
-
-def _headline(r: DiffReport) -> str:
-    verdict = "PASS" if r.ok else "FAIL"
-    return f"{verdict} {r.name}" if r.name else verdict
-
-
-def _metric_groups(r: DiffReport) -> list[list[tuple[str, str]]]:
-    """Label/value pairs shared by the text and HTML renderings, grouped into text lines."""
-    sides = (("actual", r.actual_dtype), ("expected", r.expected_dtype))
-    others = ", ".join(f"{side} {d}" for side, d in sides if d != r.dtype)
-    dtype = f"{r.dtype} ({others})" if others else r.dtype
-    pct = f"{100 * r.mismatch_fraction:.3g}%"
-    return [
-        [("dtype", dtype), ("shape", str(r.shape)), ("band", r.band)],
-        [
-            ("max abs err", _fmt_float(r.max_abs_err, ".3e")),
-            ("max rel err", _fmt_float(r.max_rel_err, ".3e")),
-            ("ULP max", "n/a" if r.max_ulp is None else str(r.max_ulp)),
-            ("ULP mean", _fmt_float(r.mean_ulp, ".3g")),
-            ("cosine", _fmt_float(r.cosine, ".9f")),
-        ],
-        [
-            ("mismatches", f"{r.n_mismatch}/{r.size} ({pct})"),
-            ("NaN actual/expected", f"{r.nan_actual}/{r.nan_expected}"),
-            ("Inf actual/expected", f"{r.inf_actual}/{r.inf_expected}"),
-        ],
-    ]
-
-
-def _fmt_float(value: float | None, spec: str) -> str:
-    return "n/a" if value is None else format(value, spec)
-
-
-def _format_mismatch(r: DiffReport, m: Mismatch) -> str:
-    index = "[" + ", ".join(map(str, m.index)) + "]"
-    actual = _fmt_value(m.actual, r.actual_dtype)
-    expected = _fmt_value(m.expected, r.expected_dtype)
-    return f"{index} actual={actual} expected={expected}"
-
-
-def _fmt_value(value: Scalar, dtype: str) -> str:
-    """Shortest text that identifies the value in its own dtype."""
-    if isinstance(value, complex):
-        part = COMPLEX_PART.get(dtype, "float64")
-        real, imag = _fmt_value(value.real, part), _fmt_value(value.imag, part)
-        return f"({real}{'' if imag.startswith('-') else '+'}{imag}j)"
-    if not isinstance(value, float):
-        return str(value)
-    if dtype == "bfloat16":
-        return f"{value:.4g}"  # 4 significant digits round-trip bfloat16's 8-bit mantissa
-    if dtype in ("float16", "float32"):
-        return str(np.dtype(dtype).type(value))
-    return repr(value)
-
-
-def _report_html(r: DiffReport) -> str:
-    colour = _PASS_COLOUR if r.ok else _FAIL_COLOUR
-    cell = "padding:2px 8px;text-align:left;border-bottom:1px solid #ddd"
-    rows = [
-        f'<tr><th style="{cell}">{html.escape(k)}</th><td style="{cell}">{html.escape(v)}</td></tr>'
-        for group in _metric_groups(r)
-        for k, v in group
-    ]
-    if r.mismatches:
-        listed = "<br>".join(html.escape(_format_mismatch(r, m)) for m in r.mismatches)
-        rows.append(
-            f'<tr><th style="{cell}">first mismatches</th>'
-            f'<td style="{cell};font-family:monospace">{listed}</td></tr>'
-        )
-    head = (
-        f'<tr><th colspan="2" style="{cell};background:{colour};color:white;font-size:1.1em">'
-        f"{html.escape(_headline(r))}</th></tr>"
-    )
-    return (
-        '<table style="border-collapse:collapse;font-family:sans-serif;font-size:0.9em">'
-        f"{head}{''.join(rows)}</table>"
-    )
-
-

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from .compare import Comparison
-from .display import TimeUnit, value_text
+from .display import TimeUnit, number_text, value_text
 from .errors import SweepError
 from .sweep.results import TIME_OBJECTIVES, Record, SweepResult
 from .sweep.space import Config, as_formula
@@ -373,5 +373,5 @@ def _failure_hover(r: Record) -> str:
 
 
 def _cell_text(v: float) -> str:
-    return "" if math.isnan(v) else f"{v:.3g}"
+    return "" if math.isnan(v) else number_text(v)
 

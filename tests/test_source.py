@@ -26,16 +26,18 @@ from mtwork.msl.body import (
     GeneratedSource,
     InputInfo,
     Param,
-    check_call_sizes,
-    check_gpu_dtypes,
-    check_has_outputs,
-    check_size,
     detect_attributes,
     detect_shape_helpers,
     generate,
     kernel_name,
     template_hash,
     template_text,
+)
+from mtwork.msl.checks import (
+    check_call_sizes,
+    check_gpu_dtypes,
+    check_has_outputs,
+    check_size,
     validate_compile_options,
     validate_template,
 )

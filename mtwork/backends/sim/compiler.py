@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import platform
 import shutil
+import sys
 import threading
 from collections.abc import Sequence
 from functools import cache
@@ -113,6 +114,12 @@ def reusable(target: Path) -> bool:
     return False
 
 
+# A first kernel call on a cold cache waits about this long on 2 cores (measured: the
+# runtime 5 s, MLX's headers and the kernel itself the rest); said before the runtime's
+# build starts, so that wait is not a silent one.
+RUNTIME_BUILD_SECONDS = 10
+
+
 @cache
 def runtime_library() -> Path:
     """Builds (once) and returns the runtime shared library."""
@@ -122,6 +129,8 @@ def runtime_library() -> Path:
     with _build_lock:
         if reusable(target):
             return target
+        print(f"mtwork: building the emulator runtime, once: about {RUNTIME_BUILD_SECONDS} s",
+              file=sys.stderr, flush=True)
         work = cachedir.work_dir(cache_dir())
         try:
             tmp = work / target.name

@@ -6,17 +6,24 @@
 #include <stdint.h>
 
 #include "mtw_abi.h"
+#include "mtw_bfloat.h"
 
 // Address spaces. Declarations of threadgroup variables are rewritten before compilation
 // (see mtwork/backends/sim/rewrite.py) to live in the threadgroup's shared memory; the words
 // left over are qualifiers on pointers and references, which need no code on a CPU.
+// `constant` memory is read-only (MSL specification, "constant Address Space"), so the word
+// is `const`: a `constexpr constant float t[16]` table then passes to a `constant float*`
+// parameter. `const constant T&` repeats the const, which clang accepts (warning off).
+#pragma clang diagnostic ignored "-Wduplicate-decl-specifier"
 #define device
-#define constant
+#define constant const
 #define thread
 #define threadgroup
 #define threadgroup_imageblock
 #define ray_data
 #define object_data
+// Memory coherence (`volatile coherent(system) device T*`): CPU memory is coherent already.
+#define coherent(scope)
 // Function qualifiers: a kernel is an ordinary function here (the launcher calls it).
 #define kernel
 
@@ -34,23 +41,29 @@
 #define __METAL_MAYBE_FAST_MATH__ 0
 #endif
 
+// What the compiler builds for a braced list (`uint4 ks = {a, b, c};`); laid out as clang
+// requires (a pointer and a length). Metal code uses no C++ library, so nothing else
+// defines it.
+namespace std {
+template <typename E>
+class initializer_list {
+  const E* __begin;
+  size_t __size;
+  constexpr initializer_list(const E* b, size_t n) : __begin(b), __size(n) {}
+
+ public:
+  constexpr initializer_list() : __begin(nullptr), __size(0) {}
+  constexpr size_t size() const { return __size; }
+  constexpr const E* begin() const { return __begin; }
+  constexpr const E* end() const { return __begin + __size; }
+};
+}  // namespace std
+
 typedef unsigned char uchar;
 typedef unsigned short ushort;
 typedef unsigned int uint;
 typedef unsigned long ulong;
 typedef _Float16 half;
-typedef __bf16 bfloat;
-
-// float -> bfloat, rounding to nearest even and keeping subnormals (as MLX does). clang
-// calls this for every conversion; the compiler's own version (and x86's instruction,
-// turned off by the driver) flush subnormals to zero.
-extern "C" __attribute__((visibility("hidden"))) __bf16 __truncsfbf2(float x) {
-  uint32_t u = __builtin_bit_cast(uint32_t, x);
-  uint16_t r = (u & 0x7fffffffu) > 0x7f800000u
-                   ? uint16_t((u >> 16) | 0x40)  // NaN stays NaN (quiet)
-                   : uint16_t((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
-  return __builtin_bit_cast(__bf16, r);
-}
 
 namespace metal {
 
@@ -136,6 +149,7 @@ template <typename T> constexpr bool is_integral_v = is_integral<T>::value;
 template <typename T> struct __is_float_base : false_type {};
 template <> struct __is_float_base<half> : true_type {};
 template <> struct __is_float_base<bfloat> : true_type {};
+template <> struct __is_float_base<__bf16> : true_type {};  // bfloat's storage
 template <> struct __is_float_base<float> : true_type {};
 template <> struct __is_float_base<double> : true_type {};
 template <typename T> struct is_floating_point : __is_float_base<remove_cv_t<T>> {};
@@ -184,6 +198,8 @@ template <> struct make_signed<ulong> { using type = long; };
 template <typename T> using make_signed_t = typename make_signed<T>::type;
 
 template <typename T> T&& __declval();
+template <typename T, typename...> struct __first { using type = T; };
+template <typename... T> using __first_t = typename __first<T...>::type;
 template <typename T> struct is_void : is_same<remove_cv_t<T>, void> {};
 template <typename T> constexpr bool is_void_v = is_void<T>::value;
 

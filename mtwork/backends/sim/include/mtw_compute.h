@@ -64,15 +64,3 @@ MTW_INLINE T& __mtw_threadgroup_var(const char* name) {
                                                 sizeof(typename __mtw_element<T>::type)));
 }
 
-namespace metal {
-
-// uniform<T> marks a value the same for every thread of the threadgroup (MSL §2.14, an
-// optimization hint for Apple's compiler); on the CPU it is the value itself.
-template <typename T>
-using uniform = T;
-template <typename T>
-MTW_INLINE constexpr T make_uniform(T value) {
-  return value;
-}
-
-}  // namespace metal

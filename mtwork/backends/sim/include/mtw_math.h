@@ -1,5 +1,5 @@
-// metal:: math, common, integer, relational and geometric functions, and the arithmetic
-// rules of the emulator.
+// metal:: math functions, and the arithmetic rules of the emulator. The common, integer,
+// relational and geometric functions are in mtw_common.h and mtw_relational.h.
 //
 // Precision. Each float function is first defined as a `__metal_name(x, mode)` builtin, the
 // layer MLX's bf16_math.h builds its bfloat overloads on; `metal::`, `metal::fast::` and
@@ -32,7 +32,7 @@
   template <typename T, int N>                                                \
   MTW_INLINE metal::vec<T, N> __metal_##name(metal::vec<T, N> x, int m = 0) { \
     metal::vec<T, N> r;                                                       \
-    for (int i = 0; i < N; ++i) r[i] = __metal_##name(x[i], m);               \
+    for (int i = 0; i < N; ++i) r[i] = T(__metal_##name(x[i], m));            \
     return r;                                                                 \
   }
 #define MTW_ELEMENTWISE2(name)                                                      \
@@ -40,7 +40,7 @@
   MTW_INLINE metal::vec<T, N> __metal_##name(metal::vec<T, N> x, metal::vec<T, N> y, \
                                              int m = 0) {                           \
     metal::vec<T, N> r;                                                             \
-    for (int i = 0; i < N; ++i) r[i] = __metal_##name(x[i], y[i], m);               \
+    for (int i = 0; i < N; ++i) r[i] = T(__metal_##name(x[i], y[i], m));            \
     return r;                                                                       \
   }
 #define MTW_ELEMENTWISE3(name)                                                      \
@@ -48,7 +48,7 @@
   MTW_INLINE metal::vec<T, N> __metal_##name(metal::vec<T, N> x, metal::vec<T, N> y, \
                                              metal::vec<T, N> z, int m = 0) {       \
     metal::vec<T, N> r;                                                             \
-    for (int i = 0; i < N; ++i) r[i] = __metal_##name(x[i], y[i], z[i], m);         \
+    for (int i = 0; i < N; ++i) r[i] = T(__metal_##name(x[i], y[i], z[i], m));      \
     return r;                                                                       \
   }
 
@@ -204,6 +204,8 @@ namespace metal {
 
 // Scalar/vector front ends in one precision mode. Integer and double arguments pick the
 // float overload, which is what Metal's implicit conversions do.
+template <typename... A>
+constexpr bool __int_or_double_v = ((is_integral_v<A> || is_same_v<A, double>) && ...);
 #define MTW_FRONT1(name, mode)                                                            \
   MTW_INLINE float name(float x) { return __metal_##name(x, mode); }                      \
   MTW_INLINE half name(half x) { return __metal_##name(x, mode); }                        \
@@ -215,27 +217,31 @@ namespace metal {
   MTW_INLINE float name(S x) {                                                            \
     return __metal_##name(float(x), mode);                                                \
   }
+// Two- and three-argument functions also take a vector with scalars, in any places
+// (`fmax(0, v)`, `mix(a, b, t)`, `step(edge, v)`, `smoothstep(e0, e1, v)`; MSL specification,
+// "Math Functions" and "Common Functions"): the scalars convert to the vector's type.
 #define MTW_FRONT2(name, mode)                                                          \
   MTW_INLINE float name(float x, float y) { return __metal_##name(x, y, mode); }        \
   MTW_INLINE half name(half x, half y) { return __metal_##name(x, y, mode); }           \
-  template <typename T, int N>                                                          \
-  MTW_INLINE vec<T, N> name(vec<T, N> x, vec<T, N> y) {                                 \
-    return __metal_##name(x, y, mode);                                                  \
+  template <typename A, typename B, typename = enable_if_t<__int_or_double_v<A, B>>>    \
+  MTW_INLINE float name(A x, B y) {                                                     \
+    return __metal_##name(float(x), float(y), mode);                                    \
   }                                                                                     \
-  template <typename T, int N>                                                          \
-  MTW_INLINE vec<T, N> name(vec<T, N> x, T y) {                                         \
-    return __metal_##name(x, vec<T, N>(y), mode);                                       \
+  template <typename A, typename B, typename V = __float_vector_call_t<A, B>>           \
+  MTW_INLINE V name(A x, B y) {                                                         \
+    return __metal_##name(V(x), V(y), mode);                                            \
   }
 #define MTW_FRONT3(name, mode)                                                               \
   MTW_INLINE float name(float x, float y, float z) { return __metal_##name(x, y, z, mode); } \
   MTW_INLINE half name(half x, half y, half z) { return __metal_##name(x, y, z, mode); }     \
-  template <typename T, int N>                                                               \
-  MTW_INLINE vec<T, N> name(vec<T, N> x, vec<T, N> y, vec<T, N> z) {                         \
-    return __metal_##name(x, y, z, mode);                                                    \
+  template <typename A, typename B, typename C,                                              \
+            typename = enable_if_t<__int_or_double_v<A, B, C>>>                              \
+  MTW_INLINE float name(A x, B y, C z) {                                                     \
+    return __metal_##name(float(x), float(y), float(z), mode);                               \
   }                                                                                          \
-  template <typename T, int N>                                                               \
-  MTW_INLINE vec<T, N> name(vec<T, N> x, T y, T z) {                                         \
-    return __metal_##name(x, vec<T, N>(y), vec<T, N>(z), mode);                              \
+  template <typename A, typename B, typename C, typename V = __float_vector_call_t<A, B, C>> \
+  MTW_INLINE V name(A x, B y, C z) {                                                         \
+    return __metal_##name(V(x), V(y), V(z), mode);                                           \
   }
 
 // Functions with an integer part (ldexp, frexp, ilogb, modf, sincos), per component.
@@ -305,6 +311,10 @@ namespace metal {
   MTW_INLINE vec<T, N> nextafter(vec<T, N> x, vec<T, N> y) {                                \
     for (int i = 0; i < N; ++i) x[i] = __metal_nextafter(x[i], y[i]);                       \
     return x;                                                                               \
+  }                                                                                         \
+  template <typename A, typename B, typename V = __float_vector_call_t<A, B>>               \
+  MTW_INLINE V nextafter(A x, B y) {                                                        \
+    return nextafter(V(x), V(y));                                                           \
   }
 
 MTW_MATH_FUNCTIONS(__METAL_MAYBE_FAST_MATH__)
@@ -317,364 +327,4 @@ MTW_MATH_FUNCTIONS(__METAL_PRECISE_MATH__)
 #undef MTW_MATH_FUNCTIONS
 #undef MTW_SPLIT_FUNCTIONS
 
-// ---- common and integer functions shared by floats and integers ------------------------
-template <typename T, typename = enable_if_t<is_arithmetic_v<T>>>
-MTW_INLINE T __scalar_max(T a, T b) {
-  if constexpr (is_floating_point_v<T>) return T(mtw_math::fmax(float(a), float(b)));
-  else return a < b ? b : a;
-}
-template <typename T, typename = enable_if_t<is_arithmetic_v<T>>>
-MTW_INLINE T __scalar_min(T a, T b) {
-  if constexpr (is_floating_point_v<T>) return T(mtw_math::fmin(float(a), float(b)));
-  else return b < a ? b : a;
-}
-template <typename T, typename = enable_if_t<is_arithmetic_v<T>>>
-MTW_INLINE T __scalar_abs(T a) {
-  if constexpr (is_floating_point_v<T>) return T(__builtin_fabsf(float(a)));
-  else if constexpr (is_signed_v<T>) return a < 0 ? T(0 - make_unsigned_t<T>(a)) : a;
-  else return a;
-}
-
-#define MTW_SCALAR_INT_AND_FLOAT(T)                                                    \
-  MTW_INLINE T max(T a, T b) { return __scalar_max<T>(a, b); }                         \
-  MTW_INLINE T min(T a, T b) { return __scalar_min<T>(a, b); }                         \
-  MTW_INLINE T max3(T a, T b, T c) { return max(max(a, b), c); }                       \
-  MTW_INLINE T min3(T a, T b, T c) { return min(min(a, b), c); }                       \
-  MTW_INLINE T median3(T a, T b, T c) { return max(min(a, b), min(max(a, b), c)); }    \
-  MTW_INLINE T clamp(T x, T lo, T hi) { return min(max(x, lo), hi); }                  \
-  MTW_INLINE T abs(T a) { return __scalar_abs<T>(a); }
-MTW_SCALAR_INT_AND_FLOAT(float)
-MTW_SCALAR_INT_AND_FLOAT(half)
-MTW_SCALAR_INT_AND_FLOAT(char)
-MTW_SCALAR_INT_AND_FLOAT(uchar)
-MTW_SCALAR_INT_AND_FLOAT(short)
-MTW_SCALAR_INT_AND_FLOAT(ushort)
-MTW_SCALAR_INT_AND_FLOAT(int)
-MTW_SCALAR_INT_AND_FLOAT(uint)
-MTW_SCALAR_INT_AND_FLOAT(long)
-MTW_SCALAR_INT_AND_FLOAT(ulong)
-#undef MTW_SCALAR_INT_AND_FLOAT
-// Mixed literal arguments (max(x, 0) with float x) resolve as Metal does: to float.
-template <typename A, typename B,
-          typename = enable_if_t<is_arithmetic_v<A> && is_arithmetic_v<B> && !is_same_v<A, B>>>
-MTW_INLINE auto max(A a, B b) -> decltype(a + b) {
-  using R = decltype(a + b);
-  return max(R(a), R(b));
-}
-template <typename A, typename B,
-          typename = enable_if_t<is_arithmetic_v<A> && is_arithmetic_v<B> && !is_same_v<A, B>>>
-MTW_INLINE auto min(A a, B b) -> decltype(a + b) {
-  using R = decltype(a + b);
-  return min(R(a), R(b));
-}
-
-// Per-component versions of scalar functions (vector with vector, or vector with scalars).
-#define MTW_VEC_MAP1(name)                                           \
-  template <typename T, int N>                                       \
-  MTW_INLINE vec<T, N> name(vec<T, N> a) {                           \
-    for (int i = 0; i < N; ++i) a[i] = name(a[i]);                   \
-    return a;                                                        \
-  }
-#define MTW_VEC_MAP2(name)                                           \
-  template <typename T, int N>                                       \
-  MTW_INLINE vec<T, N> name(vec<T, N> a, vec<T, N> b) {              \
-    for (int i = 0; i < N; ++i) a[i] = name(a[i], b[i]);             \
-    return a;                                                        \
-  }                                                                  \
-  template <typename T, int N>                                       \
-  MTW_INLINE vec<T, N> name(vec<T, N> a, T b) {                      \
-    return name(a, vec<T, N>(b));                                    \
-  }
-#define MTW_VEC_MAP3(name)                                           \
-  template <typename T, int N>                                       \
-  MTW_INLINE vec<T, N> name(vec<T, N> a, vec<T, N> b, vec<T, N> c) { \
-    for (int i = 0; i < N; ++i) a[i] = name(a[i], b[i], c[i]);       \
-    return a;                                                        \
-  }                                                                  \
-  template <typename T, int N>                                       \
-  MTW_INLINE vec<T, N> name(vec<T, N> a, T b, T c) {                 \
-    return name(a, vec<T, N>(b), vec<T, N>(c));                      \
-  }
-MTW_VEC_MAP1(abs)
-MTW_VEC_MAP2(max)
-MTW_VEC_MAP2(min)
-MTW_VEC_MAP3(max3)
-MTW_VEC_MAP3(min3)
-MTW_VEC_MAP3(median3)
-MTW_VEC_MAP3(clamp)
-
-// ---- integer functions ------------------------------------------------------------------
-#define MTW_INTEGER(T) template <typename T, typename = enable_if_t<is_integral_v<T>>>
-MTW_INTEGER(T) MTW_INLINE T popcount(T x) {
-  return T(__builtin_popcountll((unsigned long long)(make_unsigned_t<T>)x));
-}
-MTW_INTEGER(T) MTW_INLINE T clz(T x) {
-  auto u = (make_unsigned_t<T>)x;
-  return u == 0 ? T(__bits<T>) : T(__builtin_clzll((unsigned long long)u) - (64 - __bits<T>));
-}
-MTW_INTEGER(T) MTW_INLINE T ctz(T x) {
-  auto u = (make_unsigned_t<T>)x;
-  return u == 0 ? T(__bits<T>) : T(__builtin_ctzll((unsigned long long)u));
-}
-// The high half of the full product.
-MTW_INTEGER(T) MTW_INLINE T mulhi(T a, T b) {
-  if constexpr (sizeof(T) == 8) {
-    using W = conditional_t<is_signed_v<T>, __int128, unsigned __int128>;
-    return T((W(a) * W(b)) >> 64);
-  } else {
-    using W = conditional_t<is_signed_v<T>, long, ulong>;
-    return T((W(a) * W(b)) >> __bits<T>);
-  }
-}
-MTW_INTEGER(T) MTW_INLINE T madhi(T a, T b, T c) { return T(mulhi(a, b) + c); }
-// |a - b| without overflow: the bits of the unsigned difference.
-MTW_INTEGER(T) MTW_INLINE T absdiff(T a, T b) {
-  using U = make_unsigned_t<T>;
-  return a > b ? T(U(U(a) - U(b))) : T(U(U(b) - U(a)));
-}
-MTW_INTEGER(T) MTW_INLINE T addsat(T a, T b) {
-  T r;
-  if (!__builtin_add_overflow(a, b, &r)) return r;
-  return b > 0 ? numeric_limits<T>::max() : numeric_limits<T>::min();
-}
-MTW_INTEGER(T) MTW_INLINE T subsat(T a, T b) {
-  T r;
-  if (!__builtin_sub_overflow(a, b, &r)) return r;
-  return b < 0 ? numeric_limits<T>::max() : numeric_limits<T>::min();
-}
-// a * b + c, saturated: computed exactly in a wider type, then clamped.
-MTW_INTEGER(T) MTW_INLINE T madsat(T a, T b, T c) {
-  using W = conditional_t<is_signed_v<T>, __int128, unsigned __int128>;
-  W r = W(a) * W(b);
-  if constexpr (sizeof(T) == 8) {  // 128 bits hold the product, not always the sum
-    W s;
-    if (__builtin_add_overflow(r, W(c), &s))
-      return c > 0 ? numeric_limits<T>::max() : numeric_limits<T>::min();
-    r = s;
-  } else {
-    r += W(c);
-  }
-  if (r > W(numeric_limits<T>::max())) return numeric_limits<T>::max();
-  if (r < W(numeric_limits<T>::min())) return numeric_limits<T>::min();
-  return T(r);
-}
-// (a + b) >> 1 and (a + b + 1) >> 1 without overflow.
-MTW_INTEGER(T) MTW_INLINE T hadd(T a, T b) { return T((a >> 1) + (b >> 1) + (a & b & 1)); }
-MTW_INTEGER(T) MTW_INLINE T rhadd(T a, T b) {
-  return T((a >> 1) + (b >> 1) + ((a | b) & 1));
-}
-// Metal's 24-bit multiplies take the low 24 bits of 32-bit operands; results of operands
-// outside that range are undefined, here they are the full product's low bits.
-MTW_INTEGER(T) MTW_INLINE T mul24(T a, T b) {
-  using U = make_unsigned_t<T>;
-  return T(ulong(U(a)) * ulong(U(b)));
-}
-MTW_INTEGER(T) MTW_INLINE T mad24(T a, T b, T c) {
-  using U = make_unsigned_t<T>;
-  return T(ulong(U(a)) * ulong(U(b)) + ulong(U(c)));
-}
-// Rotate left by i modulo the width.
-MTW_INTEGER(T) MTW_INLINE T rotate(T v, T i) {
-  using U = make_unsigned_t<T>;
-  unsigned s = unsigned(i) & (__bits<T> - 1);
-  return s == 0 ? v : T(U(U(v) << s) | U(U(v) >> (__bits<T> - s)));
-}
-MTW_INTEGER(T) MTW_INLINE T reverse_bits(T x) {
-  using U = make_unsigned_t<T>;
-  U u = U(x), r = 0;
-  for (int i = 0; i < __bits<T>; ++i) r = U((r << 1) | ((u >> i) & 1));
-  return T(r);
-}
-// Bits [offset, offset + bits) of x, sign-extended for signed types.
-MTW_INTEGER(T) MTW_INLINE T extract_bits(T x, uint offset, uint bits) {
-  using U = make_unsigned_t<T>;
-  if (bits == 0) return 0;
-  U field = U(U(x) >> offset) & U(bits >= __bits<T> ? U(~U(0)) : U((U(1) << bits) - 1));
-  if constexpr (is_signed_v<T>) {
-    if (bits < __bits<T> && (field >> (bits - 1)) & 1) field |= U(~U(0)) << bits;
-  }
-  return T(field);
-}
-MTW_INTEGER(T) MTW_INLINE T insert_bits(T base, T insert, uint offset, uint bits) {
-  using U = make_unsigned_t<T>;
-  U mask = bits >= __bits<T> ? U(~U(0)) : U(U((U(1) << bits) - 1) << offset);
-  return T((U(base) & ~mask) | (U(U(insert) << offset) & mask));
-}
-#undef MTW_INTEGER
-MTW_VEC_MAP1(popcount)
-MTW_VEC_MAP1(clz)
-MTW_VEC_MAP1(ctz)
-MTW_VEC_MAP1(reverse_bits)
-MTW_VEC_MAP2(mulhi)
-MTW_VEC_MAP2(absdiff)
-MTW_VEC_MAP2(addsat)
-MTW_VEC_MAP2(subsat)
-MTW_VEC_MAP2(hadd)
-MTW_VEC_MAP2(rhadd)
-MTW_VEC_MAP2(mul24)
-MTW_VEC_MAP2(rotate)
-MTW_VEC_MAP3(madhi)
-MTW_VEC_MAP3(madsat)
-MTW_VEC_MAP3(mad24)
-template <typename T, int N>
-MTW_INLINE vec<T, N> extract_bits(vec<T, N> x, uint offset, uint bits) {
-  for (int i = 0; i < N; ++i) x[i] = extract_bits(x[i], offset, bits);
-  return x;
-}
-template <typename T, int N>
-MTW_INLINE vec<T, N> insert_bits(vec<T, N> base, vec<T, N> insert, uint offset, uint bits) {
-  for (int i = 0; i < N; ++i) base[i] = insert_bits(base[i], insert[i], offset, bits);
-  return base;
-}
-
-// ---- relational -------------------------------------------------------------------------
-#define MTW_FLOAT_PREDICATE(name, expr)                              \
-  MTW_INLINE bool name(float x) { return expr; }                     \
-  MTW_INLINE bool name(half x) { return name(float(x)); }            \
-  MTW_INLINE bool name(bfloat x) { return name(float(x)); }
-MTW_FLOAT_PREDICATE(isnan, __builtin_isnan(x))
-MTW_FLOAT_PREDICATE(isinf, __builtin_isinf(x))
-MTW_FLOAT_PREDICATE(isfinite, __builtin_isfinite(x))
-MTW_FLOAT_PREDICATE(signbit, __builtin_signbit(x))
-#undef MTW_FLOAT_PREDICATE
-// Normal in the argument's own format: half's smallest normal is 2^-14, bfloat's 2^-126.
-MTW_INLINE bool isnormal(float x) { return __builtin_isnormal(x); }
-MTW_INLINE bool isnormal(half x) { return __builtin_isnormal(x); }
-MTW_INLINE bool isnormal(bfloat x) { return __builtin_isnormal(float(x)); }
-template <typename T, typename = enable_if_t<is_floating_point_v<T>>>
-MTW_INLINE bool isordered(T x, T y) {
-  return x == x && y == y;
-}
-template <typename T, typename = enable_if_t<is_floating_point_v<T>>>
-MTW_INLINE bool isunordered(T x, T y) {
-  return !(x == x && y == y);
-}
-#define MTW_VEC_PREDICATE(name)                                      \
-  template <typename T, int N>                                       \
-  MTW_INLINE vec<bool, N> name(vec<T, N> x) {                        \
-    vec<bool, N> r;                                                  \
-    for (int i = 0; i < N; ++i) r[i] = name(x[i]);                   \
-    return r;                                                        \
-  }
-MTW_VEC_PREDICATE(isnan)
-MTW_VEC_PREDICATE(isinf)
-MTW_VEC_PREDICATE(isfinite)
-MTW_VEC_PREDICATE(isnormal)
-MTW_VEC_PREDICATE(signbit)
-#undef MTW_VEC_PREDICATE
-template <typename T, int N>
-MTW_INLINE vec<bool, N> isordered(vec<T, N> x, vec<T, N> y) {
-  vec<bool, N> r;
-  for (int i = 0; i < N; ++i) r[i] = isordered(x[i], y[i]);
-  return r;
-}
-template <typename T, int N>
-MTW_INLINE vec<bool, N> isunordered(vec<T, N> x, vec<T, N> y) {
-  vec<bool, N> r;
-  for (int i = 0; i < N; ++i) r[i] = isunordered(x[i], y[i]);
-  return r;
-}
-
-MTW_INLINE bool all(bool x) { return x; }
-MTW_INLINE bool any(bool x) { return x; }
-template <int N>
-MTW_INLINE bool all(vec<bool, N> x) {
-  for (int i = 0; i < N; ++i)
-    if (!x[i]) return false;
-  return true;
-}
-template <int N>
-MTW_INLINE bool any(vec<bool, N> x) {
-  for (int i = 0; i < N; ++i)
-    if (x[i]) return true;
-  return false;
-}
-// select(a, b, c): c ? b : a, per component.
-template <typename T, typename = enable_if_t<!__is_vec_v<T>>>
-MTW_INLINE T select(T a, T b, bool c) {
-  return c ? b : a;
-}
-template <typename T, int N>
-MTW_INLINE vec<T, N> select(vec<T, N> a, vec<T, N> b, vec<bool, N> c) {
-  vec<T, N> r;
-  for (int i = 0; i < N; ++i) r[i] = c[i] ? b[i] : a[i];
-  return r;
-}
-template <typename T, int N>
-MTW_INLINE vec<T, N> select(vec<T, N> a, vec<T, N> b, bool c) {
-  return c ? b : a;
-}
-
-// ---- geometric --------------------------------------------------------------------------
-// Products and sums in the element type, left to right, each rounded.
-template <typename T, int N>
-MTW_INLINE T dot(vec<T, N> a, vec<T, N> b) {
-  T s = a[0] * b[0];
-  for (int i = 1; i < N; ++i) s += a[i] * b[i];
-  return s;
-}
-template <typename T, int N>
-MTW_INLINE T length_squared(vec<T, N> a) { return dot(a, a); }
-template <typename T, int N>
-MTW_INLINE T length(vec<T, N> a) { return sqrt(dot(a, a)); }
-template <typename T, int N>
-MTW_INLINE T distance_squared(vec<T, N> a, vec<T, N> b) { return length_squared(a - b); }
-template <typename T, int N>
-MTW_INLINE T distance(vec<T, N> a, vec<T, N> b) { return length(a - b); }
-template <typename T, int N>
-MTW_INLINE vec<T, N> normalize(vec<T, N> a) { return a * rsqrt(dot(a, a)); }
-template <typename T>
-MTW_INLINE vec<T, 3> cross(vec<T, 3> a, vec<T, 3> b) {
-  return vec<T, 3>(a.y * b.z - a.z * b.y, a.z * b.x - a.x * b.z, a.x * b.y - a.y * b.x);
-}
-// n facing against i (dot(nref, i) < 0 keeps n).
-template <typename T, int N>
-MTW_INLINE vec<T, N> faceforward(vec<T, N> n, vec<T, N> i, vec<T, N> nref) {
-  return dot(nref, i) < T(0) ? n : -n;
-}
-// i reflected in the plane of unit normal n.
-template <typename T, int N>
-MTW_INLINE vec<T, N> reflect(vec<T, N> i, vec<T, N> n) {
-  return i - T(2) * dot(n, i) * n;
-}
-// i refracted at unit normal n with index ratio eta; zero on total internal reflection.
-template <typename T, int N>
-MTW_INLINE vec<T, N> refract(vec<T, N> i, vec<T, N> n, T eta) {
-  T d = dot(n, i);
-  T k = T(1) - eta * eta * (T(1) - d * d);
-  if (k < T(0)) return vec<T, N>(T(0));
-  return eta * i - (eta * d + sqrt(k)) * n;
-}
-
-#undef MTW_VEC_MAP1
-#undef MTW_VEC_MAP2
-#undef MTW_VEC_MAP3
-
-}  // namespace metal
-
-namespace metal {
-namespace fast {
-using metal::abs;
-using metal::clamp;
-using metal::max;
-using metal::max3;
-using metal::median3;
-using metal::min;
-using metal::min3;
-using metal::distance;
-using metal::length;
-using metal::normalize;
-}  // namespace fast
-namespace precise {
-using metal::abs;
-using metal::clamp;
-using metal::max;
-using metal::max3;
-using metal::median3;
-using metal::min;
-using metal::min3;
-using metal::distance;
-using metal::length;
-using metal::normalize;
-}  // namespace precise
 }  // namespace metal

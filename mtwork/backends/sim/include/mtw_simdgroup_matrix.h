@@ -208,4 +208,30 @@ MTW_INLINE void simdgroup_multiply(thread simdgroup_matrix<TD, Cols, Rows>& d,
   d.thread_elements() = vec<TD, 2>(TD(out.v[0]), TD(out.v[1]));
 }
 
+// Operators on SIMD-group matrices of one element type: `+` and `-` per element (each lane
+// adds its own elements, rounded to T), `*` the matrix product, as simdgroup_multiply.
+template <typename T, int Cols, int Rows>
+using __sgm = simdgroup_matrix<T, Cols, Rows>;
+template <typename T, int Cols, int Rows>
+MTW_INLINE __sgm<T, Cols, Rows> operator+(const thread __sgm<T, Cols, Rows>& a,
+                                          const thread __sgm<T, Cols, Rows>& b) {
+  __sgm<T, Cols, Rows> d;
+  d.thread_elements() = a.thread_elements() + b.thread_elements();
+  return d;
+}
+template <typename T, int Cols, int Rows>
+MTW_INLINE __sgm<T, Cols, Rows> operator-(const thread __sgm<T, Cols, Rows>& a,
+                                          const thread __sgm<T, Cols, Rows>& b) {
+  __sgm<T, Cols, Rows> d;
+  d.thread_elements() = a.thread_elements() - b.thread_elements();
+  return d;
+}
+template <typename T, int Cols, int Rows, int K>
+MTW_INLINE __sgm<T, Cols, Rows> operator*(const thread __sgm<T, K, Rows>& a,
+                                          const thread __sgm<T, Cols, K>& b) {
+  __sgm<T, Cols, Rows> d;
+  simdgroup_multiply(d, a, b);
+  return d;
+}
+
 }  // namespace metal
