@@ -175,10 +175,13 @@ class SimBackend:
                 report = findings.report(program.label, compiled.translation,
                                          compiled.library.path, sanitizing, memory)
             if fast is not None and self._engines.comparing():
-                return self._compared(program, call, place, compiled, memory, saved, used)
-            ran = Engine("fast") if fast else Engine("loops") if barrier_free else Engine(
-                "fibers", why)
-            return Completion(memory.written(), report, used, ran)
+                done = self._compared(program, call, place, compiled, memory, saved, used)
+            else:
+                ran = Engine("fast") if fast else Engine("loops") if barrier_free else Engine(
+                    "fibers", why)
+                done = Completion(memory.written(), report, used, ran)
+            self._engines.record(program.label, done.engine)  # type: ignore[arg-type]
+            return done
 
     def _fast_library(self, program: Program, compiled: _Compiled, sanitize: bool,
                       barrier_free: bool) -> tuple[FastLibrary | None, str]:

@@ -7,12 +7,14 @@ reference, and the sanitizer's). It says which ran and, when it was not the fast
 why (`Engine`). $MTWORK_SIM_ENGINE picks the policy: `auto` (the default), `fibers`
 (always the reference), or `compare` (both, where the fast one can run, with their
 written bytes required to be equal: the differential test runs the conformance suite
-this way).
+this way). $MTWORK_ENGINE_LOG names a file to which each dispatch appends one JSON line:
+the kernel, the engine that ran it and why.
 """
 
 from __future__ import annotations
 
 import ctypes
+import json
 import os
 import threading
 from collections.abc import Mapping
@@ -21,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ....dispatch import Program
+from ....dispatch import Engine, Program
 from .. import runtime
 from .build import Built, build
 
@@ -95,6 +97,16 @@ class Engines:
     @staticmethod
     def comparing() -> bool:
         return engine_mode() == "compare"
+
+    @staticmethod
+    def record(kernel: str, engine: Engine) -> None:
+        """Appends which engine ran `kernel` to $MTWORK_ENGINE_LOG, if set."""
+        path = os.environ.get("MTWORK_ENGINE_LOG")
+        if path:
+            line = json.dumps({"kernel": kernel, "engine": engine.name,
+                               "reason": engine.reason})
+            with open(path, "a", encoding="utf-8") as log:
+                log.write(line + "\n")
 
 
 def check_same(label: str, fast: Mapping[int, np.ndarray],

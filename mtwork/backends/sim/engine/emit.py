@@ -24,6 +24,7 @@ __all__ = ["EXIT", "Layout", "region_function"]
 
 EXIT = "-1"  # returned when the thread's kernel returned (0xFFFFFFFF)
 CONTEXT_THREADS = 1024
+SIMDGROUPS = 32  # each has its own records of uniform values
 # Private arrays kept in the context get this much room before them, so an index a
 # little out of bounds (which the GPU tolerates) stays in the thread's own slot.
 ARRAY_PADDING = 64
@@ -32,11 +33,17 @@ REGION_PARAMS = ("ptr noalias %g", "ptr noalias %buffers", "ptr noalias %ctx",
                  "i32 %z")
 
 
+# The context's first fields, include/mtw_engine.h's mtw_engine_frame: each thread's
+# threadgroup-memory cursor, position (x, y, z), and the arguments it hands to a
+# SIMD-group function; then the offsets of the threadgroup variables.
+FRAME = (f"[{CONTEXT_THREADS} x i32]",) * 4 + (f"[{CONTEXT_THREADS} x ptr]",) * 2
+INS, OUTS, SITES = 4, 5, 6
+
+
 @dataclass
 class Layout:
-    """The context's fields: 0 the threadgroup-memory cursor of each thread, 1 the
-    offset of each threadgroup variable, then one array per kept value or alloca;
-    and the uniform record's fields."""
+    """The context's fields (FRAME, the threadgroup variables' offsets, then one array per
+    kept value or alloca) and the uniform record's fields."""
 
     sites: int
     thread_fields: dict[str, int] = field(default_factory=dict)
@@ -48,8 +55,7 @@ class Layout:
 
     @classmethod
     def of(cls, plan: Plan, sites: int) -> Layout:
-        layout = cls(sites, context_types=[f"[{CONTEXT_THREADS} x i32]",
-                                           f"[{max(sites, 1)} x i32]"])
+        layout = cls(sites, context_types=[*FRAME, f"[{max(sites, 1)} x i32]"])
         for value in plan.context_allocas():
             t, align = plan.types[value], max(plan.alloca_align[value], 1)
             element = f"{t.text}, [0 x <{align} x i8>]"
@@ -71,7 +77,8 @@ class Layout:
     def type_definitions(self) -> str:
         return (f"%mtw.ctx = type {{ {', '.join(self.context_types)} }}\n"
                 f"%mtw.uni = type {{ {', '.join(self.uniform_types)} }}\n"
-                "%mtw.scratch = type { %mtw.ctx, %mtw.uni, %mtw.uni }\n")
+                f"%mtw.scratch = type {{ %mtw.ctx, [{SIMDGROUPS} x %mtw.uni], "
+                f"[{SIMDGROUPS} x %mtw.uni] }}\n")
 
     def thread_slot(self, value: str) -> str:
         """An instruction's right-hand side: the address of `value`'s slot of this thread."""
@@ -103,7 +110,7 @@ class _Writer:
         self.allocas_in = plan.allocas_at[entry_sync] if region.index else []
         tracked = set(live) | set(stored_in)
         for k in region.exits:
-            tracked |= set(plan.stored_at[k])
+            tracked |= set(plan.stored_at[k]) | set(plan.regions.syncs[k].arguments)
         self.tracked = {v for v in tracked
                         if plan.kinds.get(v) in (Kind.RECOMPUTED, Kind.UNIFORM, Kind.THREAD)}
 
@@ -122,8 +129,6 @@ class _Writer:
     def prologue(self) -> None:
         self.lines.append("prologue:")
         self.emit("%i.64 = zext i32 %i to i64")
-        self.emit("%tg.cursors = getelementptr inbounds %mtw.ctx, ptr %ctx, i64 0, i32 0, i64 0")
-        self.emit("%tg.sites = getelementptr inbounds %mtw.ctx, ptr %ctx, i64 0, i32 1, i64 0")
         for value in sorted(self.tracked):
             self.emit(f"{value}.cur = alloca {self.type_of(value).text}")
         entry = self.plan.regions.function.blocks[0]
@@ -174,15 +179,21 @@ class _Writer:
                 self.emit(phis[id(inst)].text)
             self._store_defined(block.phis)
             for inst in block.instructions[len(block.phis):]:
-                if inst.opcode == "alloca":
-                    continue  # in the prologue
+                if inst.opcode == "alloca" or self._marks_context(inst):
+                    continue  # in the prologue; a context slot has no lifetime
                 if inst.is_terminator:
                     for line in ends.get(name, []):
                         self.emit(line)
+                    inst = self._with_loads(inst)
                     self.emit(reroute(inst, self.plan.regions.syncs, EXIT).text)
                     continue
                 self.emit(self._with_loads(inst).text)
                 self._store_defined([inst])
+
+    def _marks_context(self, inst: Instruction) -> bool:
+        """Whether `inst` is a lifetime marker of an alloca now kept in the context."""
+        return (inst.callee or "").startswith("@llvm.lifetime.") and any(
+            self.plan.kinds.get(v) is Kind.CONTEXT_ALLOCA for v in inst.operands())
 
     def _store_defined(self, insts: list[Instruction]) -> None:
         for inst in insts:
@@ -220,6 +231,16 @@ class _Writer:
         for k in self.region.exits:
             self.lines.append("")
             self.lines.append(f"exit.{k}:")
+            sync = self.plan.regions.syncs[k]
+            for field_index, value in zip((INS, OUTS), sync.arguments):
+                if value in self.tracked:
+                    current = self.fresh("arg")
+                    self.emit(f"{current} = load ptr, ptr {value}.cur")
+                    value = current
+                address = self.fresh("arg.addr")
+                self.emit(f"{address} = getelementptr inbounds %mtw.ctx, ptr %ctx, i64 0, "
+                          f"i32 {field_index}, i64 %i.64")
+                self.emit(f"store ptr {value}, ptr {address}")
             for value in self.plan.stored_at[k]:
                 t = self.type_of(value).text
                 current = self.fresh("out")

@@ -24,14 +24,23 @@ __all__ = ["THREAD_PARAMS", "Region", "Regions", "SyncPoint", "canonical", "form
 # thread's linear index and its position in the threadgroup.
 THREAD_PARAMS = ("%g", "%buffers", "%i", "%x", "%y", "%z")
 BARRIER = "@mtw_threadgroup_barrier"
+COLLECTIVE = "@mtw_simd_collective"  # SIMD-group functions: (in, out, combine)
 
 
 @dataclass(frozen=True)
 class SyncPoint:
+    """A barrier, or a SIMD-group function (where the lanes of a SIMD-group meet)."""
+
     index: int
-    block: str  # "%sync.k": empty, branches to `resume`
+    block: str  # "%sync.k": holds the call, then branches to `resume`
     resume: str  # "%resume.k": where threads go on
-    call: Instruction  # the barrier call it stands for
+    call: Instruction
+    arguments: tuple[str, ...] = ()  # a SIMD-group function's `in` and `out` pointers
+    combine: str = ""  # ... and the function that completes it
+
+    @property
+    def is_barrier(self) -> bool:
+        return not self.combine
 
 
 @dataclass
@@ -74,8 +83,20 @@ def canonical(function: Function) -> Function:
     return Function(function.name, function.header, list(THREAD_PARAMS), blocks)
 
 
+def _sync_point(k: int, inst: Instruction) -> SyncPoint:
+    if inst.callee == BARRIER:
+        return SyncPoint(k, f"%sync.{k}", f"%resume.{k}", inst)
+    args = re.search(r"\((.*)\)", inst.text[inst.text.index(COLLECTIVE):])
+    parts = [a.strip().split()[-1] for a in (args.group(1).split(",") if args else [])]
+    if len(parts) != 3 or not parts[2].startswith("@") or not all(
+            p.startswith("%") for p in parts[:2]):
+        raise IRError(f"a SIMD-group function called unexpectedly: {inst.text[:100]}")
+    return SyncPoint(k, f"%sync.{k}", f"%resume.{k}", inst, (parts[0], parts[1]), parts[2])
+
+
 def _split(function: Function) -> tuple[Function, list[SyncPoint]]:
-    """Each barrier call moved into an empty block of its own."""
+    """Each barrier or SIMD-group function call moved into a block of its own (the call
+    stays there, so that what it uses is live across it)."""
     blocks: list[Block] = []
     syncs: list[SyncPoint] = []
     last_piece: dict[str, str] = {}
@@ -83,15 +104,14 @@ def _split(function: Function) -> tuple[Function, list[SyncPoint]]:
         current = Block(block.name)
         blocks.append(current)
         for inst in block.instructions:
-            if inst.callee != BARRIER:
+            if inst.callee not in (BARRIER, COLLECTIVE):
                 current.instructions.append(inst)
                 continue
-            k = len(syncs)
-            sync = SyncPoint(k, f"%sync.{k}", f"%resume.{k}", inst)
+            sync = _sync_point(len(syncs), inst)
             syncs.append(sync)
             current.instructions.append(Instruction(f"br label {sync.block}", None, "br"))
-            blocks.append(Block(sync.block, [Instruction(f"br label {sync.resume}", None,
-                                                         "br")]))
+            blocks.append(Block(sync.block, [inst, Instruction(f"br label {sync.resume}", None,
+                                                               "br")]))
             current = Block(sync.resume)
             blocks.append(current)
         if current.name != block.name:

@@ -77,7 +77,7 @@ def _alloca_type(inst: Instruction) -> tuple[Type, int]:
     body = inst.text.split(" = alloca ", 1)[1]
     allocated, pos = parse_type(body)
     rest = body[pos:]
-    if re.match(r"\s*,\s*(?!align)", rest):
+    if re.match(r"\s*,\s*i\d+ ", rest):
         raise IRError("an alloca of a variable number of elements")
     m = re.search(r"\balign (\d+)", rest)
     return allocated, int(m.group(1)) if m else 1

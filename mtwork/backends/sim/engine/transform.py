@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from .cfg import Liveness
 from .emit import Layout, region_function
 from .ir import Function, Instruction, IRError, Module, parse_module
-from .regions import BARRIER, Regions, canonical, form_regions
+from .regions import BARRIER, COLLECTIVE, Regions, canonical, form_regions
 from .slots import plan
 from .types import named_types
 from .uniformity import analyse, invariant_loads
@@ -28,10 +28,7 @@ _TG_ALLOC = "@mtw_engine_tg_alloc"
 _KEPT = ("@mtw_entry", "@mtw_entry_barrier_free")
 # Runtime functions a kernel may call, and why the engine cannot run a kernel calling
 # each one it does not handle.
-_UNHANDLED = {
-    "@mtw_simd_collective": "SIMD-group functions (simd_sum, simd_shuffle, ...) and "
-                            "simdgroup_matrix operations",
-}
+_UNHANDLED: dict[str, str] = {}
 
 
 @dataclass(frozen=True)
@@ -70,12 +67,13 @@ def _rewrite_runtime_calls(function: Function) -> int:
     for block in function.blocks:
         for k, inst in enumerate(block.instructions):
             callee = inst.callee
-            if not callee or not callee.startswith("@mtw_") or callee in (_TG_ALLOC, BARRIER):
+            if not callee or not callee.startswith("@mtw_") or callee in (
+                    _TG_ALLOC, BARRIER, COLLECTIVE):
                 continue
             if callee == "@mtw_threadgroup_alloc":
                 before, args, after = _call_arguments(inst.text, callee)
-                new = (f"{before}{_TG_ALLOC}(ptr %g, ptr %tg.cursors, ptr %tg.sites, i32 %i, "
-                       f"i32 {sites}, {args[0]}, {args[1]}){after}")
+                new = (f"{before}{_TG_ALLOC}(ptr %g, ptr %ctx, i32 %i, i32 {sites}, "
+                       f"{args[0]}, {args[1]}){after}")
                 block.instructions[k] = Instruction(new, inst.result, "call")
                 sites += 1
             elif callee == "@mtw_thread_index_in_threadgroup":
@@ -88,38 +86,53 @@ def _rewrite_runtime_calls(function: Function) -> int:
     return sites
 
 
-def _driver(regions: int, sites: int, attributes: str) -> str:
-    runs = "\n".join(
-        f"run.{k}:\n"
-        f"  %r.{k} = call i32 @mtw_engine_run(ptr %g, ptr %buffers, ptr %ctx, ptr %uin, "
-        f"ptr %uout, ptr @mtw.region.{k})\n"
-        f"  call void @llvm.memcpy.p0.p0.i64(ptr %uin, ptr %uout, i64 %uni, i1 false)\n"
-        f"  br label %dispatch" for k in range(regions))
-    incoming = ", ".join(["[ 0, %entry ]"] + [f"[ %r.{k}, %run.{k} ]" for k in range(regions)])
-    cases = "\n".join(f"    i32 {k}, label %run.{k}" for k in range(regions))
-    params = "ptr noalias %g, ptr noalias %buffers"
-    return f"""define void @mtw_entry_barrier_free({params}) {attributes} {{
-entry:
-  %size.p = getelementptr %mtw.scratch, ptr null, i64 1
-  %size = ptrtoint ptr %size.p to i64
-  %uni.p = getelementptr %mtw.uni, ptr null, i64 1
-  %uni = ptrtoint ptr %uni.p to i64
-  %scratch = call ptr @mtw_engine_begin(ptr %g, i64 %size, i32 {sites})
-  %ctx = getelementptr inbounds %mtw.scratch, ptr %scratch, i64 0, i32 0
-  %uin = getelementptr inbounds %mtw.scratch, ptr %scratch, i64 0, i32 1
-  %uout = getelementptr inbounds %mtw.scratch, ptr %scratch, i64 0, i32 2
-  br label %dispatch
+def _driver(regions: Regions, sites: int, attributes: str) -> str:
+    """The entry the runtime calls for each threadgroup, the dispatcher over the region
+    functions and the table of what completes each sync point."""
+    simd = any(not s.is_barrier for s in regions.syncs)
+    count = len(regions.regions)
+    if simd:
+        loop = ("@mtw_engine_lanes(ptr %g, ptr %buffers, ptr %ctx, ptr %uin, ptr %uout, "
+                "ptr @mtw.region.{k}, i32 %first, i32 %count)")
+    else:
+        loop = ("@mtw_engine_run(ptr %g, ptr %buffers, ptr %ctx, ptr %uin, ptr %uout, "
+                "ptr @mtw.region.{k})")
+    cases = "\n".join(f"    i32 {k}, label %r.{k}" for k in range(count))
+    runs = "\n".join(f"r.{k}:\n  %n.{k} = call i32 {loop.format(k=k)}\n  ret i32 %n.{k}"
+                     for k in range(count))
+    combines = ", ".join(f"ptr {s.combine or 'null'}" for s in regions.syncs)
+    table = (f"[{len(regions.syncs)} x ptr] [{combines}]" if regions.syncs
+             else "[0 x ptr] zeroinitializer")
+    drive = "@mtw_engine_drive_simd" if simd else "@mtw_engine_drive_group"
+    arguments = "ptr %g, ptr %buffers, ptr %ctx, ptr %uin, ptr %uout, i64 %uni, ptr @mtw.regions"
+    if simd:
+        arguments += ", ptr @mtw.combines"
+    header = ("ptr %g, ptr %buffers, ptr %ctx, ptr %uin, ptr %uout, i32 %first, i32 %count")
+    return f"""@mtw.combines = internal constant {table}
 
-dispatch:
-  %next = phi i32 {incoming}
-  switch i32 %next, label %finish [
+define internal i32 @mtw.regions(i32 %r, {header}) {attributes} {{
+entry:
+  switch i32 %r, label %none [
 {cases}
   ]
 
 {runs}
 
-finish:
-  call void @mtw_engine_end(ptr %g, i32 %next)
+none:
+  ret i32 -2
+}}
+
+define void @mtw_entry_barrier_free(ptr noalias %g, ptr noalias %buffers) {attributes} {{
+entry:
+  %size.p = getelementptr %mtw.scratch, ptr null, i64 1
+  %size = ptrtoint ptr %size.p to i64
+  %uni.p = getelementptr %mtw.uni, ptr null, i64 1
+  %uni = ptrtoint ptr %uni.p to i64
+  %ctx = call ptr @mtw_engine_begin(ptr %g, i64 %size, i32 {sites})
+  %uin = getelementptr inbounds %mtw.scratch, ptr %ctx, i64 0, i32 1
+  %uout = getelementptr inbounds %mtw.scratch, ptr %ctx, i64 0, i32 2
+  call void {drive}({arguments})
+  call void @mtw_engine_end(ptr %g)
   ret void
 }}"""
 
@@ -140,10 +153,7 @@ def _internalized(function: Function) -> Function:
     return Function(function.name, header, function.params, function.blocks)
 
 
-_DECLARATIONS = {
-    "@llvm.memcpy.p0.p0.i64": "declare void @llvm.memcpy.p0.p0.i64(ptr, ptr, i64, i1 immarg)",
-    "@llvm.trap": "declare void @llvm.trap()",
-}
+_DECLARATIONS = {"@llvm.trap": "declare void @llvm.trap()"}
 
 
 def _attributes(header: str) -> str:
@@ -197,7 +207,7 @@ def transform(module_text: str) -> Transformed:
         else:
             pieces.append(piece if pieces else piece + "\n" + layout.type_definitions())
     pieces += texts
-    pieces.append(_driver(len(regions.regions), sites, attributes))
+    pieces.append(_driver(regions, sites, attributes))
     may_diverge = _may_diverge(regions, uniformity.divergent_blocks)
     pieces.append(f"@mtw_engine_may_diverge = constant i32 {int(may_diverge)}")
     text = Module(pieces).text()
