@@ -26,6 +26,7 @@ from .dispatch import (
     BodyForm,
     Bound,
     Dispatch,
+    Engine,
     Fresh,
     Param,
     Program,
@@ -134,7 +135,8 @@ class MetalKernel:
     mtwork.sanitizer) and `isolate=` (sim: False runs the kernel in this process, not in
     the worker process that keeps a crashing kernel from taking the caller down). The
     kernel does not change; `last_sanitizer_report` keeps the report of its last
-    sanitized call."""
+    sanitized call, `last_engine` which engine of the emulator ran its last call (and,
+    when not the fast one, why)."""
 
     name: str
     input_names: tuple[str, ...]
@@ -147,6 +149,7 @@ class MetalKernel:
     backend: str | None = None
     last_sanitizer_report: SanitizerReport | None = field(default=None, compare=False,
                                                           repr=False)
+    last_engine: Engine | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         _check_name(self.name)
@@ -172,7 +175,8 @@ class MetalKernel:
         """The same kernel with its body or header text replaced."""
         return dataclasses.replace(
             self, source=self.source if source is None else source,
-            header=self.header if header is None else header, last_sanitizer_report=None)
+            header=self.header if header is None else header, last_sanitizer_report=None,
+            last_engine=None)
 
     @property
     def math_mode(self) -> str:
@@ -272,6 +276,7 @@ class MetalKernel:
             object.__setattr__(self, "last_sanitizer_report", exc.report)
             raise
         object.__setattr__(self, "last_sanitizer_report", done.sanitizer)
+        object.__setattr__(self, "last_engine", done.engine)
         return [to_mx(done.buffers[p.buffer_index], dt)  # type: ignore[index]
                 for p, dt in zip(outputs, kinds)]
 

@@ -17,7 +17,7 @@ import numpy as np
 from .backends import compile as compile_program
 from .backends import run as run_program
 from .buffers import to_mx
-from .dispatch import Dispatch, FullSource, Param, Program, Sources, dims, geometry, options
+from .dispatch import Dispatch, Engine, FullSource, Param, Program, Sources, dims, geometry, options
 from .errors import ThreadgroupMemoryError
 from .limits import (
     MAX_BUFFER_INDEX,
@@ -65,7 +65,8 @@ def _describe(p: KernelParam) -> str:
 class Kernel:
     """One kernel of a `Library`, its template instantiated and its function constants
     set. Call it to dispatch; `compile()` compiles it ahead of time. The report of its
-    last sanitized call is `last_sanitizer_report`."""
+    last sanitized call is `last_sanitizer_report`; the emulator's engine that ran its
+    last call (and, when not the fast one, why) `last_engine`."""
 
     def __init__(self, library: LibraryParts, signature: KernelSignature,
                  template_args: tuple[str, ...], constants: dict[str, str | None], label: str):
@@ -75,6 +76,7 @@ class Kernel:
         self.constants = constants
         self.name = label
         self.last_sanitizer_report: SanitizerReport | None = None
+        self.last_engine: Engine | None = None
         unsupported = [p for p in signature.params if p.kind == "unsupported"]
         if unsupported:
             p = unsupported[0]
@@ -302,6 +304,7 @@ class Kernel:
             self.last_sanitizer_report = exc.report
             raise
         self.last_sanitizer_report = done.sanitizer
+        self.last_engine = done.engine
         by_index = {p.index: p for p in self.signature.buffers}
         arrays = {by_index[i].name: arr for i, arr in done.buffers.items()}
         kinds = {by_index[i].name: getattr(call.buffers[i], "dtype", None) for i in done.buffers}

@@ -178,6 +178,20 @@ def _may_diverge(regions: Regions, divergent_blocks: set[str]) -> bool:
     return False
 
 
+def _check_calls(function: Function, defined: set[str]) -> None:
+    """Refuses calls the pass cannot see through: a function clang did not inline (it may
+    reach a barrier), or a call through a pointer."""
+    for block in function.blocks:
+        for inst in block.instructions:
+            callee = inst.callee
+            if callee is None:
+                continue
+            if callee.startswith("%"):
+                raise IRError("the kernel calls a function through a pointer")
+            if callee in defined:
+                raise IRError(f"clang did not inline {callee[1:]} into the kernel")
+
+
 def transform(module_text: str) -> Transformed:
     """The engine's module for `module_text` (see the module docstring); `IRError` says
     why a kernel cannot be run this way."""
@@ -186,6 +200,7 @@ def transform(module_text: str) -> Transformed:
     if original is None:
         raise IRError(f"the module has no {ENTRY[1:]}")
     function = canonical(original)
+    _check_calls(function, set(module.functions))
     if set(module.type_names()) & function.values():
         raise IRError("a value is named like a type")
     sites = _rewrite_runtime_calls(function)
