@@ -202,8 +202,8 @@ def test_the_sanitizer_runs_on_fibers(engine) -> None:
 
 def test_a_kernel_that_never_blocks_runs_as_plain_loops(engine) -> None:
     engine("auto")
-    kernel = mtwork.metal_kernel("engine_axpy", ["inp"], ["out"],
-                                 "out[thread_position_in_grid.x] = 2.0f * inp[thread_position_in_grid.x];")
+    kernel = mtwork.metal_kernel("engine_twice", ["inp"], ["out"],
+                                 "uint i = thread_position_in_grid.x; out[i] = 2.0f * inp[i];")
     out = call(kernel, np.arange(64, dtype=np.float32), 64, threads=32)
     assert kernel.last_engine.name == "loops"
     np.testing.assert_array_equal(out, 2 * np.arange(64))
