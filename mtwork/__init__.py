@@ -22,6 +22,7 @@ from .families import KernelSpec, family_names, load_family
 from .kernel import Launch, MetalKernel, metal_kernel
 from .library import Kernel, Library, Outputs, load_metal, new_buffer
 from .oracle import DiffReport, assert_bitwise_equal, assert_close, diff
+from .profile import profile
 from .sanitizer import SanitizerError, SanitizerReport
 from .sweep import (
     SweepError,
@@ -76,6 +77,7 @@ __all__ = [
     "load_metal",
     "new_buffer",
     "plots",
+    "profile",
     "sweep",
     "threadgroup_memory_under",
     "threads_per_threadgroup_under",

@@ -38,6 +38,8 @@ _pinned: set[Path] = set()  # artefacts this process goes on reading: never evic
 _KEY_NAME = ".seal-key"
 _DEFAULT_MAX = 2 << 30
 _lock = threading.Lock()
+_usable_lock = threading.Lock()
+_BUILDING = re.compile(r"^tmp-(\d+)-")  # a build in progress, or left by a killed one
 
 
 def _chosen() -> Path:
@@ -48,17 +50,21 @@ def _chosen() -> Path:
     return Path(base) / "mtwork"
 
 
-@cache
 def _usable(path: Path) -> Path:
+    with _usable_lock:  # threads of one process must agree on one folder
+        return _usable_once(path)
+
+
+@cache
+def _usable_once(path: Path) -> Path:
     """`path` if it can be made a private, writable folder of ours, else a temporary one."""
     try:
         path.mkdir(parents=True, exist_ok=True, mode=0o700)
         owner_ok = not hasattr(os, "getuid") or path.stat().st_uid == os.getuid()
         if owner_ok:
             os.chmod(path, 0o700)
-            probe = path / f".probe-{os.getpid()}"
-            probe.write_bytes(b"")
-            probe.unlink()
+            with tempfile.NamedTemporaryFile(dir=path, prefix=".probe-"):
+                pass
             _remove_leftovers(path)
             return path
         reason = "it belongs to another user"
@@ -99,7 +105,7 @@ def _remove_leftovers(root: Path) -> None:
         if not folder.is_dir():
             continue
         for entry in folder.iterdir():
-            m = re.match(r"^tmp-(\d+)-", entry.name)
+            m = _BUILDING.match(entry.name)
             if m and not _alive(int(m.group(1))):
                 discard(entry)
 
@@ -143,7 +149,7 @@ def _seal_path(path: Path) -> Path:
 def seal(path: Path, final: Path | None = None) -> None:
     """Records the seal of artefact `path` (a file or a folder), for it as `final`."""
     target = _seal_path(final or path)
-    tmp = target.with_name(f"tmp-{os.getpid()}-{target.name}")
+    tmp = target.with_name(f"tmp-{os.getpid()}-{secrets.token_hex(4)}-{target.name}")
     tmp.write_text(_digest_of(path))
     os.replace(tmp, target)
 
@@ -167,7 +173,8 @@ def publish(built: Path, final: Path) -> None:
         os.replace(built, final)
     except OSError:  # a folder another process published first
         shutil.rmtree(built, ignore_errors=True)
-    os.utime(_seal_path(final))
+    with contextlib.suppress(FileNotFoundError):  # evicted at once by another process
+        os.utime(_seal_path(final))
 
 
 def discard(path: Path) -> None:
@@ -216,12 +223,13 @@ def _artefacts(root: Path) -> list[tuple[float, int, Path]]:
     without a seal (left by an older mtwork) counts as never used."""
     out = []
     for entry in root.iterdir():
-        if entry.name in _KEPT or entry.name.endswith(_SEAL_SUFFIX):
+        if (entry.name in _KEPT or entry.name.endswith(_SEAL_SUFFIX)
+                or _BUILDING.match(entry.name)):
             continue
         many = entry.is_dir() and entry.name in ("kernels", "sources", "preprocessed")
         for path in (entry.iterdir() if many else [entry]):
-            if path.name.endswith(_SEAL_SUFFIX):
-                continue
+            if path.name.endswith(_SEAL_SUFFIX) or _BUILDING.match(path.name):
+                continue  # builds in progress are not artefacts yet
             try:
                 seal_file = _seal_path(path)
                 last = seal_file.stat().st_mtime if seal_file.exists() else 0.0

@@ -27,6 +27,7 @@ from .limits import MAX_GRID_DIMENSION, MAX_THREADS_PER_THREADGROUP
 from .msl.signature import KernelSignature
 
 if TYPE_CHECKING:
+    from .gpu.counters import Counters
     from .sanitizer import SanitizerReport
 
 __all__ = [
@@ -43,6 +44,7 @@ __all__ = [
     "Program",
     "Region",
     "Sources",
+    "backend_for",
     "geometry",
     "options",
 ]
@@ -203,13 +205,15 @@ class Geometry:
 
 @dataclass(frozen=True)
 class Options:
-    """How to run: `sanitize` ("raise", "warn", "report" or None), `timeout` (seconds of
-    the sim watchdog, None for the default), `isolate` (sim: in a worker process, so that
-    a crashing kernel cannot take the caller down; None for $MTWORK_ISOLATE's choice)."""
+    """How to run: `sanitize` ("raise", "warn", "report" or None), `timeout` (seconds of the sim
+    watchdog, None for the default), `isolate` (sim: in a worker process, so that a
+    crashing kernel cannot take the caller down; None for $MTWORK_ISOLATE's choice),
+    `profile` (count what the dispatch does to an Apple GPU: `Completion.counters`)."""
 
     sanitize: SanitizeMode | None = None
     timeout: float | None = None
     isolate: bool | None = None
+    profile: bool = False
 
 
 @dataclass(frozen=True)
@@ -239,12 +243,13 @@ class Engine:
 class Completion:
     """What a dispatch gave: each written buffer (fresh and writable ones, numpy or mx by
     backend), the sanitizer's report when it ran, the threadgroup memory used (sim), the
-    engine that ran it (sim)."""
+    engine that ran it (sim), the profiler's counts when it ran."""
 
     buffers: dict[int, np.ndarray | mx.array]
     sanitizer: SanitizerReport | None = None
     threadgroup_memory: int | None = None
     engine: Engine | None = None
+    counters: Counters | None = None
 
 
 # --- checks ----------------------------------------------------------------------------
@@ -320,11 +325,26 @@ def env_timeout() -> float | None:
     return seconds
 
 
-def options(*, sanitize: Any = None, timeout: Any = None, isolate: Any = None) -> Options:
+def options(*, sanitize: Any = None, timeout: Any = None, isolate: Any = None,
+            profile: Any = False) -> Options:
     """Checked `Options`; `sanitize` True/"raise", "warn", "report", False/None, or from
-    $MTWORK_SANITIZE when None."""
+    $MTWORK_SANITIZE when None; `profile` True or False."""
     from .sanitizer import mode
 
     if isolate is not None and not isinstance(isolate, bool):
         raise ValueError(f"`isolate` must be True, False or None, got {isolate!r}")
-    return Options(sanitize=mode(sanitize), timeout=check_timeout(timeout), isolate=isolate)
+    if not isinstance(profile, bool):
+        raise ValueError(f"`profile` must be True or False, got {profile!r}")
+    # A profiled call leaves $MTWORK_SANITIZE aside; asked for both, it refuses.
+    checked = None if profile and sanitize is None else mode(sanitize)
+    if profile and checked is not None:
+        raise ValueError("`profile=True` and `sanitize` cannot be combined: each builds the "
+                         "kernel with its own instrumentation; run the call once with each")
+    return Options(sanitize=checked, timeout=check_timeout(timeout), isolate=isolate,
+                   profile=profile)
+
+
+def backend_for(call_options: Options, backend: str | None) -> str | None:
+    """The backend a call runs on: a profiled call runs on ``sim``, whose emulator counts
+    what the kernel does (on a Mac too, as a sanitized call does); others on `backend`."""
+    return "sim" if call_options.profile else backend

@@ -32,9 +32,11 @@ from .dispatch import (
     Program,
     Region,
     Sources,
+    backend_for,
     geometry,
     options,
 )
+from .gpu.counters import Counters
 from .limits import MAX_THREADS_PER_THREADGROUP
 from .msl import body, checks
 from .sanitizer import SanitizerError, SanitizerReport
@@ -132,11 +134,13 @@ class MetalKernel:
     """A kernel in MLX's body form. Call it as you would call `mx.fast.metal_kernel`'s
     result; extras: `backend=` ('metal' or 'sim'), `timeout=` (seconds, sim only),
     `sanitize=` (True or 'warn': run on sim with every access checked, see
-    mtwork.sanitizer) and `isolate=` (sim: False runs the kernel in this process, not in
-    the worker process that keeps a crashing kernel from taking the caller down). The
-    kernel does not change; `last_sanitizer_report` keeps the report of its last
-    sanitized call, `last_engine` which engine of the emulator ran its last call (and,
-    when not the fast one, why)."""
+    mtwork.sanitizer), `isolate=` (sim: False runs the kernel in this process, not in
+    the worker process that keeps a crashing kernel from taking the caller down) and
+    `profile=` (True: run on sim and count what the call does to an Apple GPU, see
+    mtwork.profile). The kernel does not change; `last_sanitizer_report` keeps the
+    report of its last sanitized call, `last_counters` the counts of its last profiled
+    one, `last_engine` which engine of the emulator ran its last call (and, when not the
+    fast one, why)."""
 
     name: str
     input_names: tuple[str, ...]
@@ -150,6 +154,7 @@ class MetalKernel:
     last_sanitizer_report: SanitizerReport | None = field(default=None, compare=False,
                                                           repr=False)
     last_engine: Engine | None = field(default=None, compare=False, repr=False)
+    last_counters: Counters | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         _check_name(self.name)
@@ -176,7 +181,7 @@ class MetalKernel:
         return dataclasses.replace(
             self, source=self.source if source is None else source,
             header=self.header if header is None else header, last_sanitizer_report=None,
-            last_engine=None)
+            last_engine=None, last_counters=None)
 
     @property
     def math_mode(self) -> str:
@@ -241,6 +246,7 @@ class MetalKernel:
         timeout: float | None = None,
         sanitize: bool | str | None = None,
         isolate: bool | None = None,
+        profile: bool = False,
     ) -> list[mx.array]:
         inputs = _sequence(inputs, "inputs")
         output_shapes = _sequence(output_shapes, "output_shapes")
@@ -255,7 +261,8 @@ class MetalKernel:
                 init_value, (int, float)) or not math.isfinite(init_value)):
             raise ValueError(f"{_PREFIX}`init_value` must be a finite number, got "
                              f"{init_value!r}")
-        run_options = options(sanitize=sanitize, timeout=timeout, isolate=isolate)
+        run_options = options(sanitize=sanitize, timeout=timeout, isolate=isolate,
+                              profile=profile)
         arrays = [dtypes.as_mx_array(x) for x in inputs]
         gen = self.generate(arrays, kinds, template)
         if verbose:
@@ -271,12 +278,15 @@ class MetalKernel:
             buffers[p.buffer_index] = Fresh(shape_, dt, init_value)  # type: ignore[index]
         call = Dispatch(buffers, shape, run_options)
         try:
-            done = run_program(program, call, backend=backend or self.backend)
+            done = run_program(program, call,
+                               backend=backend_for(run_options, backend or self.backend))
         except SanitizerError as exc:
             object.__setattr__(self, "last_sanitizer_report", exc.report)
             raise
         object.__setattr__(self, "last_sanitizer_report", done.sanitizer)
         object.__setattr__(self, "last_engine", done.engine)
+        if run_options.profile:
+            object.__setattr__(self, "last_counters", done.counters)
         return [to_mx(done.buffers[p.buffer_index], dt)  # type: ignore[index]
                 for p, dt in zip(outputs, kinds)]
 
@@ -377,11 +387,17 @@ class Launch:
         return self.defined_kernel.last_sanitizer_report
 
     def __call__(self, *inputs: Any, backend: str | None = None,
-                 sanitize: bool | str | None = None) -> list[mx.array]:
+                 sanitize: bool | str | None = None, profile: bool = False
+                 ) -> list[mx.array]:
         arrays = list(inputs) if inputs else list(self.inputs or [])
         return self.defined_kernel(
             inputs=arrays, grid=self.grid, threadgroup=self.threadgroup,
             output_shapes=self.output_shapes, output_dtypes=self.output_dtypes,
             template=self.template, init_value=self.init_value, backend=backend,
-            timeout=self.timeout, sanitize=sanitize,
+            timeout=self.timeout, sanitize=sanitize, profile=profile,
         )
+
+    @property
+    def last_counters(self) -> Counters | None:
+        """The counts of this launch's last profiled call."""
+        return self.defined_kernel.last_counters

@@ -17,8 +17,20 @@ import numpy as np
 from .backends import compile as compile_program
 from .backends import run as run_program
 from .buffers import to_mx
-from .dispatch import Dispatch, Engine, FullSource, Param, Program, Sources, dims, geometry, options
+from .dispatch import (
+    Dispatch,
+    Engine,
+    FullSource,
+    Param,
+    Program,
+    Sources,
+    backend_for,
+    dims,
+    geometry,
+    options,
+)
 from .errors import ThreadgroupMemoryError
+from .gpu.counters import Counters
 from .limits import (
     MAX_BUFFER_INDEX,
     MAX_THREADS_PER_THREADGROUP,
@@ -65,8 +77,9 @@ def _describe(p: KernelParam) -> str:
 class Kernel:
     """One kernel of a `Library`, its template instantiated and its function constants
     set. Call it to dispatch; `compile()` compiles it ahead of time. The report of its
-    last sanitized call is `last_sanitizer_report`; the emulator's engine that ran its
-    last call (and, when not the fast one, why) `last_engine`."""
+    last sanitized call is `last_sanitizer_report`, the counts of its last profiled call
+    `last_counters`; the emulator's engine that ran its last call (and, when not the fast
+    one, why) `last_engine`."""
 
     def __init__(self, library: LibraryParts, signature: KernelSignature,
                  template_args: tuple[str, ...], constants: dict[str, str | None], label: str):
@@ -77,6 +90,7 @@ class Kernel:
         self.name = label
         self.last_sanitizer_report: SanitizerReport | None = None
         self.last_engine: Engine | None = None
+        self.last_counters: Counters | None = None
         unsupported = [p for p in signature.params if p.kind == "unsupported"]
         if unsupported:
             p = unsupported[0]
@@ -248,6 +262,7 @@ class Kernel:
         timeout: float | None = None,
         sanitize: bool | str | None = None,
         isolate: bool | None = None,
+        profile: bool = False,
     ) -> Dispatch:
         """The dispatch record of a call (see `__call__`), every argument checked."""
         if (threadgroups is None) == (grid is None):
@@ -267,8 +282,15 @@ class Kernel:
         bound = {p.index: bind(p, value, self.element_info(p),
                                f"{_describe(p)} of `{self.name}`")
                  for p, value in chosen.values()}
+        # One mx array at several indices stays one buffer (its copy is shared), as a
+        # numpy array does: one MTLBuffer bound twice has one address.
+        copies: dict[int, Any] = {}
+        for p, value in chosen.values():
+            if isinstance(value, mx.array):
+                first = copies.setdefault(id(value), bound[p.index].array)  # type: ignore
+                bound[p.index] = dataclasses.replace(bound[p.index], array=first)  # type: ignore
         return Dispatch(bound, shape, options(sanitize=sanitize, timeout=timeout,
-                                              isolate=isolate),
+                                              isolate=isolate, profile=profile),
                         self._threadgroup_sizes(threadgroup_memory))
 
     def __call__(
@@ -283,28 +305,37 @@ class Kernel:
         timeout: float | None = None,
         sanitize: bool | str | None = None,
         isolate: bool | None = None,
+        profile: bool = False,
     ) -> Outputs:
         """Dispatches the kernel and returns its writable buffers.
 
         `buffers`: by ``[[buffer(n)]]`` index or parameter name (a sequence binds indices
-        0, 1, ...). `threadgroup_memory`: bytes for each ``[[threadgroup(n)]]`` argument.
+        0, 1, ...); one array given at several indices is one buffer with one address, as
+        one ``MTLBuffer`` bound twice. `threadgroup_memory`: bytes for each
+        ``[[threadgroup(n)]]`` argument.
         Give `threadgroups` (``dispatchThreadgroups``: how many threadgroups) or `grid`
         (``dispatchThreads``: how many threads; edge threadgroups are partial), and
         `threads_per_threadgroup`. `timeout`: the sim watchdog, in seconds. `sanitize`:
         True or "warn" runs on sim with every access checked (see mtwork.sanitizer).
-        `isolate`: sim runs kernels in a worker process (False: in this one).
+        `isolate`: sim runs kernels in a worker process (False: in this one). `profile`:
+        True runs on sim and counts what the call does to an Apple GPU
+        (`last_counters`; see mtwork.profile).
         """
         call = self.dispatch(buffers=buffers, threadgroup_memory=threadgroup_memory,
                              threadgroups=threadgroups, grid=grid,
                              threads_per_threadgroup=threads_per_threadgroup,
-                             timeout=timeout, sanitize=sanitize, isolate=isolate)
+                             timeout=timeout, sanitize=sanitize, isolate=isolate,
+                             profile=profile)
         try:
-            done = run_program(self.program, call, backend=backend or self.library.backend)
+            done = run_program(self.program, call, backend=backend_for(
+                call.options, backend or self.library.backend))
         except SanitizerError as exc:
             self.last_sanitizer_report = exc.report
             raise
         self.last_sanitizer_report = done.sanitizer
         self.last_engine = done.engine
+        if profile:
+            self.last_counters = done.counters
         by_index = {p.index: p for p in self.signature.buffers}
         arrays = {by_index[i].name: arr for i, arr in done.buffers.items()}
         kinds = {by_index[i].name: getattr(call.buffers[i], "dtype", None) for i in done.buffers}
@@ -358,8 +389,13 @@ class LibraryLaunch:
         return self.kernel.last_sanitizer_report
 
     def __call__(self, *inputs: Any, backend: str | None = None,
-                 sanitize: bool | str | None = None) -> Outputs:
+                 sanitize: bool | str | None = None, profile: bool = False) -> Outputs:
         if inputs:
             raise TypeError("a full-source launch carries its buffers; call it without "
                             "inputs")
-        return self.kernel(**self.call, backend=backend, sanitize=sanitize)
+        return self.kernel(**self.call, backend=backend, sanitize=sanitize, profile=profile)
+
+    @property
+    def last_counters(self) -> Counters | None:
+        """The counts of this launch's kernel's last profiled call."""
+        return self.kernel.last_counters

@@ -4,15 +4,25 @@
 load and store checked (anchors: NVIDIA compute-sanitizer's memcheck, racecheck, synccheck
 and initcheck; Oclgrind; Metal shader validation):
 
-- out-of-bounds reads and writes of device buffers, and writes to inputs;
+- out-of-bounds reads and writes of device buffers (loads, stores, copies and fills,
+  vectors that run past the end, atomics; a strided view is bounded by the memory its
+  elements span), and writes to inputs;
+- array subscripts outside the array, where the compiler knows its size: thread-private
+  arrays, their rows, array members of structs, threadgroup arrays;
 - threadgroup-memory races: two threads touching the same element between two barriers,
   at least one writing, not through atomics (lanes of one SIMD-group are ordered only by
   a SIMD-group function or `simdgroup_barrier` between them);
-- barrier divergence and SIMD divergence;
+- barrier divergence and SIMD divergence, and SIMD-group functions that read an inactive
+  lane (one that returned, waits elsewhere, or is past the end of a partial SIMD-group:
+  Metal leaves the result undefined);
 - reads of threadgroup memory never written, and outputs never written when no
   `init_value` was given;
 - threadgroup memory over 32 KiB (more than 1024 threads per threadgroup is refused with a
   ValueError before the kernel runs, sanitized or not).
+
+Each finding names the author's line; in a helper (the author's header, MLX's headers)
+also the author's call of it. Not checked: accesses through `volatile` pointers, atomic
+loads and stores (the read-modify-writes are), subscripts of arrays through pointers.
 
 `sanitize=True` raises `SanitizerError` when anything is found; `sanitize="warn"` warns
 and returns the outputs; `sanitize="report"` only returns them (a tool shows the report).
@@ -41,7 +51,8 @@ class Finding:
     other_thread: tuple[int, int, int] | None = None
     other_access: str = ""
     threadgroup: tuple[int, int, int] | None = None
-    line: str = ""             # e.g. "source:7"
+    line: str = ""             # e.g. "source:7", "header:3"
+    called_from: str = ""      # the author's call of the helper `line` is in, e.g. "source:7"
     count: int = 1
     detail: str = ""
 
@@ -58,7 +69,8 @@ class Finding:
         if self.other_thread is not None and self.other_thread != self.thread:
             parts.append(f"and thread {self.other_thread} ({self.other_access or 'access'})")
         if self.line:
-            parts.append(f"at {self.line}")
+            call = f" (called from {self.called_from})" if self.called_from else ""
+            parts.append(f"at {self.line}{call}")
         if self.count > 1:
             parts.append(f"({self.count} times)")
         if self.detail:

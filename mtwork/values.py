@@ -120,6 +120,10 @@ def check_array_dtype(arr: np.ndarray | mx.array, info: TypeInfo | None, what: s
         ok = arr.dtype == info.dtype
     else:
         ok = arr.dtype == dtypes.storage_numpy_dtype(info.dtype)
+    # complex64 is laid out as float2 (real, imaginary): MLX binds its complex arrays to
+    # float2 parameters (fft.h).
+    ok = ok or (info.dtype == mx.float32 and info.lanes == 2 and arr.dtype in
+                (mx.complex64, np.complex64))
     if not ok:
         raise TypeError(f"{what} points at {type_name(info)} data; got an array of {arr.dtype} "
                         f"(convert it, or view its bytes as the declared type)")

@@ -1,5 +1,102 @@
-"""Test set-up: kernels run on the `sim` backend, whatever the machine."""
+"""Test set-up: kernels run on the `sim` backend, whatever the machine.
+
+The world's kernels also run sanitized: every test of `tests/conformance/` and of the
+kernel families (`tests/test_family_*.py`) gets a second variant, ``[...-sanitized]``,
+that runs every kernel with ``sanitize="warn"`` and fails on any finding (correct kernels
+must give none: the sanitizer's false-positive check). A representative set of them runs
+in the default run; the others are marked `slow` (``python -m pytest -m slow`` runs
+them).
+"""
 
 import os
+import warnings
+from pathlib import Path
+
+import pytest
+
+from mtwork.sanitizer import SanitizerWarning
 
 os.environ.setdefault("MTWORK_BACKEND", "sim")
+
+TESTS = Path(__file__).parent
+
+# Sanitized in the default suite: one of each kind of kernel (SIMD reductions, private
+# arrays, simdgroup_matrix with copies into threadgroup memory and edge tiles, atomics,
+# struct copies into outputs, a third-party defect).
+SANITIZED_BY_DEFAULT = {
+    "test_softmax_single_row[dtype0-acc0-100-sanitized]",
+    "test_sdpa_vector[causal-sanitized]",
+    "test_steel_gemm_fused[2-45-38-37-sanitized]",
+    "test_steel_attention[plain-sanitized]",
+    "test_affine_qmv_fast[sanitized]",
+    "test_scatter_axis_atomic[dtype2-Sum-sanitized]",
+    "test_gated_delta_fused_chunk[sanitized]",
+    "test_gated_delta_kernels_match_the_ops_reference[packed (Dk=128)-sanitized]",
+    "test_distillation_losses[1000-kl_div_loss-sanitized]",
+    "test_depthwise_conv1d[dtype0-7-sanitized]",
+    "test_packed_is_bitwise_equal_to_seq[Hk2-Hv6-float32-sanitized]",
+    "test_sinkhorn_split_matches_the_oracle[float32-20-sanitized]",
+}
+
+# Real defects of third-party kernels: what the sanitizer reports on them (and must keep
+# reporting), by test. mlx-lm 0.32.2, mlx_lm/tuner/losses.py: kl_forward, js_forward,
+# kl_backward and js_backward keep each SIMD-group's maximum in `shared`, read it back
+# (lane l of every SIMD-group reads shared[2l]), and then lane 0 of each SIMD-group
+# writes its sum into the same `shared` with no threadgroup_barrier between: a
+# SIMD-group still reading the maxima can read a sum instead (a write-after-read race
+# across SIMD-groups).
+_LOSSES_RACE = tuple(f"threadgroup memory race in kernel `{k}`, write of `shared`"
+                     for k in ("kl_forward", "js_forward", "kl_backward", "js_backward"))
+KNOWN_DEFECTS = {
+    "test_distillation_losses": _LOSSES_RACE,
+    "test_distillation_loss_gradients": _LOSSES_RACE,
+}
+
+# Tests that check a fault itself (a sanitized run reports it as a finding instead): no
+# sanitized variant. The planted-bug corpus covers these kinds.
+NOT_SANITIZED = {"test_threadgroup_formula_is_what_the_kernel_declares"}
+
+
+def _sanitized_suite(path: Path) -> bool:
+    return path.parent == TESTS / "conformance" or path.name.startswith("test_family_")
+
+
+@pytest.hookimpl(trylast=True)  # after the tests' own parameters: ids end in -sanitized
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if (_sanitized_suite(Path(metafunc.module.__file__))
+            and metafunc.function.__name__ not in NOT_SANITIZED):
+        metafunc.parametrize("sanitized", [False, True], ids=["plain", "sanitized"],
+                             indirect=True)
+
+
+@pytest.hookimpl(tryfirst=True)  # marks set before `-m` selects (pyproject: -m 'not slow')
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        sanitized = item.name.endswith(("-sanitized]", "[sanitized]"))
+        if sanitized and item.name not in SANITIZED_BY_DEFAULT:
+            item.add_marker(pytest.mark.slow)
+
+
+def _findings(message: str) -> list[str]:
+    """The finding lines of a report's text."""
+    lines = [line.strip() for line in message.splitlines()[1:-1]]
+    return [line.split(". ", 1)[1] for line in lines if ". " in line]
+
+
+@pytest.fixture(autouse=True)
+def sanitized(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch):
+    """For a ``-sanitized`` variant: every kernel of the test runs sanitized; afterwards
+    its findings must be none (or, for a known third-party defect, that defect only)."""
+    if not getattr(request, "param", False):
+        yield False
+        return
+    monkeypatch.setenv("MTWORK_SANITIZE", "warn")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", SanitizerWarning)
+        yield True
+    found = [f for w in caught if issubclass(w.category, SanitizerWarning)
+             for f in _findings(str(w.message))]
+    known = KNOWN_DEFECTS.get(request.function.__name__, ())
+    unexpected = [f for f in found if not any(f.startswith(k) for k in known)]
+    assert not unexpected, "sanitizer findings on a correct kernel:\n" + "\n".join(unexpected)
+    assert not known or found, f"the known defect is no longer reported: {known}"

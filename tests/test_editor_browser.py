@@ -7,23 +7,20 @@ Needs Debian's `chromium` at /usr/bin/chromium and the `playwright` Python packa
 browser download: Playwright drives the system Chromium)."""
 
 import json
-import os
-import socket
-import subprocess
-import sys
-import time
-import urllib.request
 from pathlib import Path
 
 import pytest
 
 from mtwork.cli import export_html
+from tests.helpers.jupyterlab import (
+    CHROMIUM,
+    CHROMIUM_ARGS,
+    KERNEL_READY,
+    serve_lab,
+    wait_for_text,
+)
 
-CHROMIUM = Path("/usr/bin/chromium")
 LIVE = ".mtw-editor-live"  # the widget, not its static copy for exported HTML
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-                 "--disable-background-networking", "--disable-component-update",
-                 "--disable-sync"]
 
 if not CHROMIUM.is_file():
     pytest.skip("no browser: install Debian's chromium (apt-get install -y chromium) to run "
@@ -77,12 +74,6 @@ ed
 """
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def write_notebook(folder: Path) -> None:
     (folder / "scale.metal").write_text(BODY)
     (folder / "scale.h").write_text(HEADER)
@@ -110,45 +101,13 @@ def warm_the_emulator(work: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.fixture
 def lab(tmp_path, monkeypatch):
-    """JupyterLab serving a fresh folder on a free localhost port, token off; yields its
-    URL and the folder."""
+    """JupyterLab serving a fresh folder with the notebook; yields its URL and the folder."""
     work = tmp_path / "work"
     work.mkdir()
     write_notebook(work)
     warm_the_emulator(work, monkeypatch)
-    port = free_port()
-    env = dict(os.environ, MTWORK_BACKEND="sim", JUPYTER_RUNTIME_DIR=str(tmp_path / "runtime"),
-               JUPYTERLAB_SETTINGS_DIR=str(tmp_path / "settings"),
-               JUPYTERLAB_WORKSPACES_DIR=str(tmp_path / "workspaces"))
-    env["PYTHONPATH"] = os.pathsep.join(
-        [str(Path(__file__).resolve().parents[1]), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
-    log = (tmp_path / "lab.log").open("w")
-    server = subprocess.Popen(
-        [sys.executable, "-m", "jupyterlab", "--no-browser", f"--port={port}",
-         "--ip=127.0.0.1", "--ServerApp.port_retries=0", "--IdentityProvider.token=",
-         "--ServerApp.password=", "--ServerApp.allow_root=True", "--expose-app-in-browser",
-         f"--ServerApp.root_dir={work}", "--LabApp.news_url=None",
-         "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate"],
-        cwd=work, env=env, stdout=log, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                urllib.request.urlopen(f"{url}/api/status", timeout=1)
-                break
-            except OSError:
-                if server.poll() is not None or time.monotonic() > deadline:
-                    pytest.fail(f"JupyterLab did not start:\n{(tmp_path / 'lab.log').read_text()}")
-                time.sleep(0.2)
+    with serve_lab(work, tmp_path) as url:
         yield url, work
-    finally:
-        server.terminate()
-        try:
-            server.wait(10)
-        except subprocess.TimeoutExpired:
-            server.kill()
-        log.close()
 
 
 def test_typing_a_break_shows_the_error_at_its_line_and_the_fix_shows_the_diff(lab, tmp_path):
@@ -176,24 +135,9 @@ def test_typing_a_break_shows_the_error_at_its_line_and_the_fix_shows_the_diff(l
     assert "twice(inp[first + k]);</div>" in static and "mtw-editor-errors" not in static
 
 
-def wait_for_text(path: Path, text: str, timeout: float = 10) -> str:
-    deadline = time.monotonic() + timeout
-    while True:
-        content = path.read_text()
-        if text in content or time.monotonic() > deadline:
-            assert text in content, f"{path.name} was not saved with {text!r}"
-            return content
-        time.sleep(0.2)
-
-
 def run_the_editor_session(page, url):
     page.goto(f"{url}/lab/tree/edit.ipynb")
-    page.wait_for_function(
-        "() => window.jupyterapp && window.jupyterapp.shell.currentWidget"
-        " && window.jupyterapp.shell.currentWidget.sessionContext"
-        " && window.jupyterapp.shell.currentWidget.sessionContext.session"
-        " && window.jupyterapp.shell.currentWidget.sessionContext.session.kernel",
-        timeout=30_000)
+    page.wait_for_function(KERNEL_READY, timeout=30_000)
     page.evaluate("() => window.jupyterapp.commands.execute('notebook:run-all-cells')")
 
     editor = page.locator(".mtw-editor .cm-content")

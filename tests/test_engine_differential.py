@@ -26,13 +26,18 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).parent.parent
-RACY = "not distillation"
+# Sanitized variants run on the fiber engine only: nothing to compare.
+SELECTED = "not distillation and not sanitized"
 REPRESENTATIVE = [
-    "tests/conformance/test_mlx_headers.py::test_softmax_single_row",
-    "tests/conformance/test_mlx_headers.py::test_softmax_looped",
-    "tests/conformance/test_mlx_headers.py::test_sdpa_vector",
-    "tests/conformance/test_mlx_headers.py::test_steel_gemm_fused",
-    "tests/conformance/test_mlx_headers.py::test_affine_qmv_fast",
+    "tests/conformance/test_mlx_kernels_misc.py::test_softmax_single_row",
+    "tests/conformance/test_mlx_kernels_misc.py::test_softmax_looped",
+    "tests/conformance/test_mlx_kernels_misc.py::test_sdpa_vector",
+    "tests/conformance/test_mlx_steel.py::test_steel_gemm_fused",
+    "tests/conformance/test_mlx_quantized.py::test_affine_qmv",
+    "tests/conformance/test_mlx_reduce.py::test_row_reduce_looped",
+    "tests/conformance/test_mlx_scan_sort.py::test_block_sort",
+    "tests/conformance/test_llama_cpp_matmul.py::test_mul_mat[q4_0-64-256-1-1-plain]",
+    "tests/conformance/test_llama_cpp_norms.py::test_soft_max",
     "tests/conformance/test_mlx_lm.py::test_gated_delta_kernels_match_the_ops_reference",
     "tests/test_family_flash_attention.py::test_flash_matches_oracle",
 ]
@@ -40,11 +45,13 @@ EVERYTHING = ["tests/conformance", *sorted(str(p.relative_to(ROOT))
                                            for p in (ROOT / "tests").glob("test_family_*.py"))]
 
 
-def run_compared(targets: list[str], log: Path) -> list[dict]:
-    """Runs pytest on `targets` with both engines compared; returns the dispatch log."""
+def run_compared(targets: list[str], log: Path, markers: str = "not slow") -> list[dict]:
+    """Runs pytest on `targets` (their tests `markers` selects) with both engines
+    compared; returns the dispatch log."""
     env = {**os.environ, "MTWORK_SIM_ENGINE": "compare", "MTWORK_ENGINE_LOG": str(log)}
     result = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-k", RACY, *targets],
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", markers,
+         "-k", SELECTED, *targets],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=3600, check=False)
     assert result.returncode == 0, result.stdout[-6000:] + result.stderr[-2000:]
     return [json.loads(line) for line in log.read_text().splitlines()]
@@ -69,4 +76,5 @@ def test_representative_kernels_agree_bitwise(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_every_conformance_and_family_kernel_agrees_bitwise(tmp_path: Path) -> None:
-    check(run_compared(EVERYTHING, tmp_path / "engines.jsonl"), at_least=250)
+    check(run_compared(EVERYTHING, tmp_path / "engines.jsonl", markers="slow or not slow"),
+          at_least=250)

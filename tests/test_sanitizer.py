@@ -11,23 +11,7 @@ import pytest
 
 import mtwork
 from mtwork.sanitizer import SanitizerError
-
-N = 64
-CALL = dict(grid=(N, 1, 1), threadgroup=(32, 1, 1), output_shapes=[(N,)],
-            output_dtypes=[mx.float32])
-
-
-def sanitize(body, *, header="", call=None, init_value=None):
-    """Runs `body` sanitized; returns the report (empty when nothing was found)."""
-    kernel = mtwork.metal_kernel("planted", ["inp"], ["out"], body, header=header)
-    args = {**CALL, **(call or {})}
-    try:
-        kernel(inputs=[mx.arange(N, dtype=mx.float32)], init_value=init_value, sanitize=True,
-               **args)
-    except SanitizerError as error:
-        return error.report
-    return kernel.last_sanitizer_report
-
+from tests.helpers.planted import CALL, N, sanitize
 
 # (name, defective body, clean twin, expected kind, where, access, line in the body)
 CORPUS = [

@@ -89,7 +89,9 @@ class BufferTraffic:
 
 @dataclass(frozen=True)
 class SourceLine:
-    """What one line of the kernel's source did."""
+    """What one line of the kernel's source did. `file` names the author's file the line
+    is in (a kernel's lines may come from several: the body form's ``header`` and
+    ``source``, a library's included files); "" when there is one."""
 
     line: int
     device_bytes: int = 0
@@ -98,6 +100,11 @@ class SourceLine:
     bank_conflicts: int = 0
     lane_ops: int = 0
     divergences: int = 0  # times a SIMD-group's lanes took different paths here
+    file: str = ""
+
+    @property
+    def place(self) -> str:
+        return f"{self.file}:{self.line}" if self.file else str(self.line)
 
 
 @dataclass(frozen=True)
@@ -128,7 +135,8 @@ class Counters:
         object.__setattr__(self, "buffers",
                            _unique_sorted(self.buffers, BufferTraffic, "buffers", "buffer"))
         object.__setattr__(self, "source_lines",
-                           _unique_sorted(self.source_lines, SourceLine, "source_lines", "line"))
+                           _unique_sorted(self.source_lines, SourceLine, "source_lines",
+                                          "file", "line"))
         for name, cls in (("ops", LaneOps), ("simd", SimdOps)):
             if not isinstance(getattr(self, name), cls):
                 raise TypeError(f"Counters({name}=...) must be a {cls.__name__}, "
@@ -215,7 +223,8 @@ class Counters:
         return replace(self, **summed, ops=_add_flat(self.ops, other.ops),
                        simd=_add_flat(self.simd, other.simd),
                        buffers=_merge(self.buffers, other.buffers, "buffer"),
-                       source_lines=_merge(self.source_lines, other.source_lines, "line"))
+                       source_lines=_merge(self.source_lines, other.source_lines, "file",
+                                           "line"))
 
     def __radd__(self, other: object) -> Counters:
         if other == 0:  # sum() starts from 0
@@ -273,9 +282,9 @@ class Counters:
                  ["bank conflicts (extra wavefronts)", count_text(self.bank_conflicts)],
                  ["threadgroup atomics", count_text(self.threadgroup_atomics)],
                  ["SIMD efficiency", percent_text(self.simd_efficiency)],
-                 ["divergence sites", ", ".join(f"line {s.line} ({s.divergences}×)"
+                 ["divergence sites", ", ".join(f"line {s.place} ({s.divergences}×)"
                                                 for s in self.divergence_sites) or "none"]]
-        lines = [[str(s.line), bytes_text(s.device_bytes), count_text(s.transactions),
+        lines = [[s.place, bytes_text(s.device_bytes), count_text(s.transactions),
                   count_text(s.threadgroup_accesses), count_text(s.bank_conflicts),
                   count_text(s.lane_ops), count_text(s.divergences)]
                  for s in self.source_lines]
@@ -340,30 +349,35 @@ def _check_count(owner: str, name: str, value: object) -> None:
         raise ValueError(f"{owner}({name}=...) must be >= 0, got {value}")
 
 
-def _unique_sorted(items: Iterable[Any], cls: type, name: str, key: str) -> tuple:
+def _unique_sorted(items: Iterable[Any], cls: type, name: str, *key: str) -> tuple:
     items = tuple(items)
     for item in items:
         if not isinstance(item, cls):
             raise TypeError(f"Counters({name}=...) takes {cls.__name__} items, got {item!r}")
-    keys = [getattr(i, key) for i in items]
+    keys = [tuple(getattr(i, k) for k in key) for i in items]
     if len(set(keys)) != len(keys):
         duplicate = next(k for k in keys if keys.count(k) > 1)
-        raise ValueError(f"Counters: {key} {duplicate!r} appears twice; merge its counts")
-    return tuple(sorted(items, key=lambda i: getattr(i, key)))
+        shown = duplicate[0] if len(key) == 1 else dict(zip(key, duplicate))
+        raise ValueError(f"Counters: {' and '.join(key)} {shown!r} appears twice; merge its "
+                         "counts")
+    return tuple(sorted(items, key=lambda i: tuple(getattr(i, k) for k in key)))
 
 
 def _add_flat(a: Flat, b: Flat) -> Flat:
     return type(a)(**{f.name: getattr(a, f.name) + getattr(b, f.name) for f in fields(a)})
 
 
-def _merge(a: tuple, b: tuple, key: str) -> tuple:
-    merged = {getattr(i, key): i for i in a}
+def _merge(a: tuple, b: tuple, *key: str) -> tuple:
+    def of(item: Any) -> tuple:
+        return tuple(getattr(item, k) for k in key)
+
+    merged = {of(i): i for i in a}
     for item in b:
-        k = getattr(item, key)
+        k = of(item)
         if k in merged:
             first = merged[k]
             merged[k] = replace(first, **{f.name: getattr(first, f.name) + getattr(item, f.name)
-                                          for f in fields(item) if f.name != key})
+                                          for f in fields(item) if f.name not in key})
         else:
             merged[k] = item
     return tuple(merged.values())

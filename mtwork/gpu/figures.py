@@ -46,7 +46,7 @@ def lines_figure(counters: Any) -> go.Figure:
     from plotly.subplots import make_subplots
 
     lines = counters.source_lines
-    x = [f"line {s.line}" for s in lines]
+    x = [f"line {s.place}" for s in lines]
     fig = make_subplots(rows=3, cols=1, shared_xaxes=True, subplot_titles=(
         "device memory (bytes)", "threadgroup memory (wavefronts)", "work"))
     fig.add_bar(x=x, y=[s.device_bytes for s in lines], name="requested", row=1, col=1)

@@ -12,7 +12,10 @@ Every buffer travels as an MLX input of at least 8 bytes, which MLX binds in ``d
 memory: a parameter declared ``constant`` is declared ``device`` here, and a writable one
 drops the ``const`` MLX gives inputs. MLX arrays are immutable values, so a writable
 buffer's input is a fresh copy made for the call, and its writes are copied back to the
-caller's buffer afterwards: the caller's own ``mx.array`` is never changed.
+caller's buffer afterwards: the caller's own ``mx.array`` is never changed. One buffer
+bound at several indices (as a Metal host binds one ``MTLBuffer`` twice; llama.cpp's
+soft_max tells an absent mask by its address being src0's) travels as one input that
+every such parameter points at.
 """
 
 from __future__ import annotations
@@ -77,15 +80,16 @@ def _template_lines(signature: KernelSignature, template_args: Sequence[str]) ->
         text = given.get(p.name, p.default)
         if p.is_type:
             lines.append(f"  using {p.name} = {text};")
-        elif "(*)" in p.kind:  # a function-pointer parameter
-            lines.append(f"  constexpr auto {p.name} = {text};")
+        elif "(*)" in p.kind:  # a function pointer, typed: the function may be a template
+            declarator = p.kind.replace("(*)", f"(*{p.name})", 1)
+            lines.append(f"  constexpr {declarator} = {text};")
         else:
             lines.append(f"  constexpr {p.kind} {p.name} = {text};")
     return lines
 
 
 def _parameter_lines(signature: KernelSignature, bound: Sequence[str],
-                     threadgroup_bytes: Mapping[int, int]
+                     threadgroup_bytes: Mapping[int, int], aliases: Mapping[str, str]
                      ) -> tuple[list[str], list[str], list[str]]:
     """The MLX inputs; lines for the kernel function's scope (attribute values captured,
     threadgroup memory); and lines for the body's block declaring each parameter (a
@@ -93,14 +97,17 @@ def _parameter_lines(signature: KernelSignature, bound: Sequence[str],
     inputs: list[str] = []
     outer: list[str] = []
     inner: list[str] = []
+    by_name = {q.name: q for q in signature.params}
     for k, p in enumerate(signature.params):
         ty = _in_device_space(p.type_text)
         if p.kind == "buffer" and p.name in bound:
-            inputs.append(input_name(p))
+            carrier = input_name(by_name[aliases.get(p.name, p.name)])
+            if p.name not in aliases:
+                inputs.append(carrier)
             if p.is_pointer:
-                inner.append(f"  {ty} {p.name} = ({ty}){input_name(p)};")
+                inner.append(f"  {ty} {p.name} = ({ty}){carrier};")
             else:
-                inner.append(f"  {ty} {p.name} = *({ty[:-1]}*){input_name(p)};")
+                inner.append(f"  {ty} {p.name} = *({ty[:-1]}*){carrier};")
         elif p.kind == "buffer":  # absent: its function constant is false
             null = "nullptr" if p.is_pointer else f"*({ty[:-1]}*)nullptr"
             inner.append(f"  {ty} {p.name} = {null};")
@@ -117,17 +124,19 @@ def _parameter_lines(signature: KernelSignature, bound: Sequence[str],
 
 
 def wrap(signature: KernelSignature, template_args: Sequence[str], defines: str,
-         library_text: str, *,
-         bound: Sequence[str], threadgroup_bytes: Mapping[int, int]) -> MetalWrapper:
+         library_text: str, *, bound: Sequence[str], threadgroup_bytes: Mapping[int, int],
+         aliases: Mapping[str, str] | None = None) -> MetalWrapper:
     """`signature`'s kernel as an ``mx.fast.metal_kernel`` body.
 
     `library_text` is the library with its includes pasted in (see
     `includes.inline_includes`); `defines` are the ``#define`` lines that come first (the
     library's macros and its function constants' values);
     `bound` names the bound buffers; `threadgroup_bytes` sizes the ``[[threadgroup(n)]]``
-    arguments by index.
+    arguments by index; `aliases` maps a bound buffer to the earlier one whose memory it
+    is (it gets no input of its own).
     """
-    inputs, outer, inner = _parameter_lines(signature, bound, threadgroup_bytes)
+    inputs, outer, inner = _parameter_lines(signature, bound, threadgroup_bytes,
+                                            aliases or {})
     lines = _template_lines(signature, template_args) + outer + ["  {"] + inner
     return MetalWrapper(
         name=f"mtw_{signature.name}",

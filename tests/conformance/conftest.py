@@ -1,13 +1,18 @@
-"""The conformance suite's record of measured agreement, printed as a table at the end."""
+"""The conformance suite's record of measured agreement: each `agreement` call writes a
+row (`report.record`) and the rows are printed as a table at the end."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cache
+from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
 import pytest
 
 import mtwork
+
+from .report import record
 
 
 @dataclass(frozen=True)
@@ -30,19 +35,32 @@ class Agreement:
 _RECORDS: list[Agreement] = []
 
 
+@cache
+def source_text(package: str) -> str:
+    """A package with its installed version, e.g. "mlx 0.32.4"."""
+    try:
+        return f"{package} {version(package)}"
+    except PackageNotFoundError:
+        return package
+
+
 @pytest.fixture
 def agreement():
-    """`agreement(kernel, source, actual, expected, **diff_options)` measures a kernel's
-    output against its project's reference with `mtwork.diff`, prints and records the
-    result, and fails the test when it is out of tolerance."""
+    """`agreement(kernel, source, actual, expected, reference=..., compile_s=...,
+    **diff_options)` measures a kernel's output against its project's reference with
+    `mtwork.diff`, prints it, records a conformance row (suite: the package the kernel
+    came from, `source`'s first word; `source` may add its version) and fails the test when it is out of tolerance."""
 
-    def measure(kernel: str, source: str, actual: Any, expected: Any,
+    def measure(kernel: str, source: str, actual: Any, expected: Any, *,
+                reference: str = "", compile_s: float | None = None,
                 **options: Any) -> mtwork.DiffReport:
         __tracebackhide__ = True
         report = mtwork.diff(actual, expected, name=kernel, **options)
-        record = Agreement(kernel, source, report)
-        _RECORDS.append(record)
-        print(f"{kernel} [{source}]: {record.summary}")
+        entry = Agreement(kernel, source, report)
+        _RECORDS.append(entry)
+        print(f"{kernel} [{source}]: {entry.summary}")
+        record(suite=source.split()[0], kernel=kernel, source=source_text(source), reference=reference,
+               agreement=report, compile_s=compile_s, status="pass" if report.ok else "fail")
         if not report.ok:
             pytest.fail(f"{kernel} ({source}) disagrees with its reference:\n{report}")
         return report

@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 from typing import Any
 
+import mlx.core as mx
 import numpy as np
 
 import mtwork
@@ -21,10 +22,30 @@ from mtwork.backends.metal import MetalBackend
 NAME = "metal_on_sim"
 
 
+# Metal rounds a buffer's allocation up to whole pages, so a kernel that reads or writes a
+# little past an input's end (MLX's rader_fft does on its last rows) stays inside memory
+# of its own; MLX arrays on the CPU have no such room.
+ALLOCATION_SLACK = 16384
+
+
 def _in_process_kernel(**arguments: Any) -> Any:
-    # In process: the metal path's writable buffers are MLX inputs the kernel writes in
-    # place, as a Metal buffer is written; the worker process works on copies of inputs.
-    return functools.partial(mtwork.metal_kernel(**arguments, backend="sim"), isolate=False)
+    """`mtwork.metal_kernel` on sim, in process: the metal path's writable buffers are MLX
+    inputs the kernel writes in place, as a Metal buffer is written (the worker process
+    works on copies of inputs). Each input runs with `ALLOCATION_SLACK` bytes after it and
+    is written back."""
+    kernel = functools.partial(mtwork.metal_kernel(**arguments, backend="sim"), isolate=False)
+
+    def run(*, inputs: list[mx.array], **call: Any) -> Any:
+        roomy = [mx.array(np.concatenate([np.array(a).view(np.uint8),
+                                          np.zeros(ALLOCATION_SLACK, np.uint8)]))
+                 for a in inputs]
+        outputs = kernel(inputs=roomy, **call)
+        for original, padded in zip(inputs, roomy):
+            target = np.array(original, copy=False).reshape(-1).view(np.uint8)
+            np.copyto(target, np.array(padded)[: target.size])
+        return outputs
+
+    return run
 
 
 class MetalOnSim(MetalBackend):
@@ -47,9 +68,17 @@ def registered() -> str:
 
 
 def _copied(buffers: Any) -> Any:
-    """The buffers with every numpy array copied (a kernel may write them in place)."""
+    """The buffers with every numpy array copied (a kernel may write them in place); one
+    memory given at several indices stays one memory (one copy, viewed alike)."""
+    copies: dict[tuple[int, int], np.ndarray] = {}
+
     def copy(value: Any) -> Any:
-        return value.copy() if isinstance(value, np.ndarray) else value
+        if not isinstance(value, np.ndarray):
+            return value
+        key = (value.ctypes.data, value.nbytes)
+        if key not in copies:
+            copies[key] = value.copy()
+        return copies[key].view(value.dtype).reshape(value.shape)
 
     if isinstance(buffers, dict):
         return {k: copy(v) for k, v in buffers.items()}

@@ -133,3 +133,35 @@ def test_mtwork_cache_reports_and_clears(cache):
 def test_a_bad_size_limit_is_named(cache, value):
     result = run_snippet(RUN, env={"MTWORK_CACHE_DIR": str(cache), "MTWORK_CACHE_MAX": value})
     assert result.returncode != 0 and "MTWORK_CACHE_MAX" in result.stderr
+
+
+def test_threads_of_one_process_share_a_fresh_cache_and_its_builds(tmp_path):
+    """Threads that meet a cache folder not yet made, and build the same kernel at once,
+    agree on one folder and none loses another's build (eviction leaves builds alone)."""
+    root = tmp_path / "fresh" / "cache"
+    result = run_snippet("""
+import json, threading, warnings
+warnings.simplefilter("error")  # a fallback to a temporary folder would warn
+from pathlib import Path
+from mtwork import cachedir
+seen, errors = [], []
+def work():
+    try:
+        root = cachedir.cache_dir()
+        seen.append(str(root))
+        for _ in range(20):
+            built = cachedir.work_dir(root / "kernels")
+            (built / "x.so").write_bytes(b"same bytes")
+            cachedir.evict(limit=0)  # must leave every build in progress alone
+            cachedir.publish(built / "x.so", root / "kernels" / "x.so")
+            built.rmdir()
+    except Exception as exc:
+        errors.append(repr(exc))
+threads = [threading.Thread(target=work) for _ in range(8)]
+for t in threads: t.start()
+for t in threads: t.join()
+print(json.dumps({"roots": sorted(set(seen)), "errors": errors}))
+""", env={"MTWORK_CACHE_DIR": str(root)}, timeout=120)
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = json.loads(result.stdout)
+    assert report == {"roots": [str(root)], "errors": []}

@@ -21,10 +21,11 @@ from ...msl.wrap import MetalWrapper, input_name, wrap
 __all__ = ["MetalBackend", "wrapper"]
 
 
-def wrapper(program: Program, bound: Sequence[str],
-            threadgroup_bytes: Mapping[int, int]) -> MetalWrapper:
+def wrapper(program: Program, bound: Sequence[str], threadgroup_bytes: Mapping[int, int],
+            aliases: Mapping[str, str] | None = None) -> MetalWrapper:
     """The ``mx.fast.metal_kernel`` arguments that run full-source `program` with the
-    buffers named in `bound` and ``[[threadgroup(n)]]`` sizes `threadgroup_bytes`."""
+    buffers named in `bound`, ``[[threadgroup(n)]]`` sizes `threadgroup_bytes`, and
+    `aliases` (a buffer bound to the same memory as an earlier one, by name)."""
     if not isinstance(program.form, FullSource):
         raise TypeError(f"`{program.label}` is a body-form kernel: MLX runs it as it is")
     src = program.sources
@@ -32,7 +33,21 @@ def wrapper(program: Program, bound: Sequence[str],
                            src.path.parent if src.path else None, src.search_dirs)
     form = program.form
     return wrap(form.signature, form.template_args, program.defines, flat, bound=bound,
-                threadgroup_bytes=threadgroup_bytes)
+                threadgroup_bytes=threadgroup_bytes, aliases=aliases)
+
+
+def _aliases(memory: Mapping[str, np.ndarray]) -> dict[str, str]:
+    """Buffers given the same memory as an earlier one (one MTLBuffer bound at several
+    indices), each mapped to that earlier buffer's name."""
+    first: dict[tuple[int, int], str] = {}
+    aliases = {}
+    for name, view in memory.items():
+        key = (view.ctypes.data, view.nbytes)
+        if view.nbytes and key in first:
+            aliases[name] = first[key]
+        else:
+            first.setdefault(key, name)
+    return aliases
 
 
 class MetalBackend:
@@ -89,24 +104,26 @@ class MetalBackend:
 
     def _full_source(self, program: Program, form: FullSource, call: Dispatch) -> Completion:
         bound = {p.name: p for p in form.signature.buffers if p.index in call.buffers}
-        wrapped = wrapper(program, list(bound), call.threadgroup_memory)
+        memory = {}
+        for p in bound.values():
+            buf = call.buffers[p.index]  # type: ignore[index]
+            memory[p.name] = (allocate(buf.dtype, buf.shape, buf.fill)
+                              if isinstance(buf, Fresh) else numpy_view(buf.array))
+        aliases = _aliases(memory)
+        wrapped = wrapper(program, list(bound), call.threadgroup_memory, aliases)
         run = self._make_kernel(
             name=wrapped.name, input_names=wrapped.input_names,
             output_names=wrapped.output_names, source=wrapped.source, header=wrapped.header,
             ensure_row_contiguous=False, compile_options={"math_mode": program.math_mode})
-        memory = {}
-        for p in bound.values():
-            buf = call.buffers[p.index]  # type: ignore[index]
-            memory[p.index] = (allocate(buf.dtype, buf.shape, buf.fill)
-                               if isinstance(buf, Fresh) else numpy_view(buf.array))
-        inputs = []
+        carriers = {}
         for name in wrapped.input_names:
             p = next(q for q in bound.values() if input_name(q) == name)
-            flat_bytes = memory[p.index].reshape(-1).view(np.uint8)
+            flat_bytes = memory[p.name].reshape(-1).view(np.uint8)
             padded = np.zeros(max(flat_bytes.size, 8), dtype=np.uint8)
             padded[: flat_bytes.size] = flat_bytes
-            inputs.append((p, mx.array(padded)))
-        outputs = run(inputs=[a for _, a in inputs], output_shapes=[(1,)],
+            carriers[p.name] = mx.array(padded)
+        inputs = [(p, carriers[aliases.get(p.name, p.name)]) for p in bound.values()]
+        outputs = run(inputs=list(carriers.values()), output_shapes=[(1,)],
                       output_dtypes=[mx.float32], grid=call.geometry.grid,
                       threadgroup=call.geometry.threadgroup)
         mx.eval(outputs)
@@ -115,7 +132,7 @@ class MetalBackend:
         for p, arr in inputs:
             buf = call.buffers[p.index]  # type: ignore[index]
             if isinstance(buf, Fresh) or buf.writable:
-                target = memory[p.index]
+                target = memory[p.name]
                 raw = np.array(arr)[: target.nbytes]
                 np.copyto(target.reshape(-1).view(np.uint8), raw)
                 written[p.index] = target

@@ -5,7 +5,7 @@ A dispatch goes: `sources.translation_unit` (the rewritten files and a launcher)
 `compiler.compile_kernel` (a shared library, cached on disk) → `runtime.load` →
 `memory.Memory` (the buffers and the launcher's pointer table) → `runtime.dispatch` (the
 fiber runtime runs every threadgroup) → a `Completion`, with the sanitizer's report from
-`findings` when it ran.
+`findings` when it ran, or the profiler's `Counters` from `profiling`.
 """
 
 from __future__ import annotations
@@ -23,8 +23,9 @@ from ...dispatch import Completion, Dispatch, Engine, Fresh, Program
 from ...errors import KernelFault, KernelTimeout
 from ...sanitizer import SanitizerError
 from ...toolchain import clang
-from . import compiler, findings, runtime
+from . import compiler, findings, profiling, runtime
 from .engine import Engines, FastLibrary, check_same
+from .instrument import Table
 from .isolation import Isolated, isolate_by_default
 from .memory import Memory
 from .sources import translation_unit
@@ -49,12 +50,17 @@ def _looks_barrier_free(program: Program) -> bool:
 
 
 _PROGRAMS_KEPT = 1024
+# Why a call runs on the fiber engine whatever the kernel: its mode needs to know which
+# thread runs.
+_ON_FIBERS = "the sanitizer checks kernels on the fiber engine"
+_PROFILED = "the profiler counts kernels on the fiber engine"
 
 
 @dataclass(frozen=True)
 class _Compiled:
     library: runtime.KernelLibrary
     translation: compiler.Translation
+    table: Table | None = None  # profiled builds: what their blocks count
 
 
 class SimBackend:
@@ -63,9 +69,9 @@ class SimBackend:
     name = "sim"
 
     def __init__(self) -> None:
-        self._compiled: dict[tuple[str, str, bool], _Compiled] = {}
+        self._compiled: dict[tuple[str, str, str], _Compiled] = {}
         # The same, by program: a cached call skips writing its translation unit.
-        self._by_program: dict[tuple[Program, bool], _Compiled] = {}
+        self._by_program: dict[tuple[Program, str], _Compiled] = {}
         self._lock = threading.Lock()
         self._blocking: set[Path] = set()  # libraries that blocked on the fast path
         self._isolated: Isolated | None = None
@@ -81,27 +87,31 @@ class SimBackend:
             return "the installed mlx package has no Metal kernel headers"
         return None
 
-    def compile(self, program: Program, *, sanitize: bool = False) -> _Compiled:
-        """Compiles `program` (once per translation unit and variant); a `CompileError`
-        quotes the author's files and lines."""
+    def compile(self, program: Program, *, sanitize: bool = False,
+                profile: bool = False) -> _Compiled:
+        """Compiles `program` (once per translation unit and variant: plain, sanitized or
+        profiled); a `CompileError` quotes the author's files and lines."""
+        variant = "profile" if profile else "sanitize" if sanitize else ""
         with self._lock:
-            hit = self._by_program.get((program, sanitize))
+            hit = self._by_program.get((program, variant))
         if hit is not None:
             return hit
         tu, tree = translation_unit(program)
-        key = (tu.text, program.math_mode, sanitize)
+        key = (tu.text, program.math_mode, variant)
         with self._lock:
             hit = self._compiled.get(key)
         if hit is not None:
             return hit
         path = compiler.compile_kernel(tu, program.math_mode, program.label,
-                                       include_dirs=tree.include_dirs, sanitize=sanitize)
-        compiled = _Compiled(runtime.load(path), tu)
+                                       include_dirs=tree.include_dirs, sanitize=sanitize,
+                                       profile=profile)
+        table = profiling.load_table(path) if profile else None
+        compiled = _Compiled(runtime.load(path), tu, table)
         with self._lock:
             self._compiled[key] = compiled
             if len(self._by_program) > _PROGRAMS_KEPT:
                 self._by_program.clear()
-            self._by_program[(program, sanitize)] = compiled
+            self._by_program[(program, variant)] = compiled
         return compiled
 
     def dispatch(self, program: Program, call: Dispatch) -> Completion:
@@ -112,7 +122,8 @@ class SimBackend:
             isolate = isolate_by_default()
         if not isolate:
             return self.dispatch_here(program, call)
-        self.compile(program, sanitize=call.options.sanitize is not None)  # errors here
+        self.compile(program, sanitize=call.options.sanitize is not None,
+                     profile=call.options.profile)  # compile errors are raised here
         if self._isolated is None:
             self._isolated = Isolated()
         return self._isolated.dispatch(program, call)
@@ -134,10 +145,12 @@ class SimBackend:
         """Runs `program` in this process; `place(index, fresh)` gives the memory of a
         fresh buffer (default: a new array)."""
         sanitize = call.options.sanitize is not None
-        compiled = self.compile(program, sanitize=sanitize)
-        barrier_free = (not sanitize and compiled.library.path not in self._blocking
-                        and _looks_barrier_free(program))
-        fast, why = self._fast_library(program, compiled, sanitize, barrier_free)
+        profile = call.options.profile
+        compiled = self.compile(program, sanitize=sanitize, profile=profile)
+        barrier_free = (not sanitize and not profile and _looks_barrier_free(program)
+                        and compiled.library.path not in self._blocking)
+        fast, why = self._fast_library(program, compiled, _ON_FIBERS if sanitize else
+                                       _PROFILED if profile else None, barrier_free)
         saved = None
         while True:
             memory = Memory(program, call, place)
@@ -148,6 +161,8 @@ class SimBackend:
                     fast.may_diverge or self._engines.comparing()))
             sanitizing = findings.describe_buffers(memory) if sanitize else None
             try:
+                if profile:
+                    return self._profiled(program, compiled, memory, call)
                 used = self._run(program, fast.library if fast else compiled.library, memory,
                                  call, barrier_free or fast is not None, sanitizing)
             except runtime.NeedsFibers as stop:
@@ -155,10 +170,12 @@ class SimBackend:
                     why = self._engines.needs_fibers(compiled.library.path, str(stop))
                     fast = None
                     continue
-                # Blocking reached through a helper the text check cannot see: start again
-                # with fresh buffers on the general path, and remember it for next time.
+                # Blocking reached through a header or helper the text check cannot see:
+                # start again with fresh buffers on the fast engine (or fibers), and
+                # remember it for next time.
                 self._blocking.add(compiled.library.path)
                 barrier_free = False
+                fast, why = self._fast_library(program, compiled, None, False)
                 continue
             except KernelFault as fault:
                 if (barrier_free or fast is not None) and not isinstance(fault, KernelTimeout):
@@ -183,11 +200,12 @@ class SimBackend:
             self._engines.record(program.label, done.engine)  # type: ignore[arg-type]
             return done
 
-    def _fast_library(self, program: Program, compiled: _Compiled, sanitize: bool,
+    def _fast_library(self, program: Program, compiled: _Compiled, on_fibers: str | None,
                       barrier_free: bool) -> tuple[FastLibrary | None, str]:
-        """The fast engine's library for a kernel that blocks, or why there is none."""
-        if sanitize:
-            return None, "the sanitizer checks kernels on the fiber engine"
+        """The fast engine's library for a kernel that blocks, or why there is none
+        (`on_fibers`: the call's mode needs the fiber engine, for this reason)."""
+        if on_fibers is not None:
+            return None, on_fibers
         if barrier_free:
             return None, ""
         return self._engines.library(program, compiled.library.path)
@@ -204,6 +222,20 @@ class SimBackend:
         self._run(program, compiled.library, memory, call, False, None)
         check_same(program.label, written, memory.written())
         return Completion(memory.written(), None, used, Engine("fast", "compared with fibers"))
+
+    def _profiled(self, program: Program, compiled: _Compiled, memory: Memory,
+                  call: Dispatch) -> Completion:
+        """One dispatch with the profiler counting (always on fibers: it needs to know
+        which thread runs)."""
+        assert compiled.table is not None
+        with profiling.counting(compiled.library, compiled.table, memory,
+                                call.geometry) as counted:
+            used = self._run(program, compiled.library, memory, call, False, None)
+        counters = profiling.counters(program.label, compiled.translation.sources,
+                                      compiled.library.path, compiled.table, counted,
+                                      call.geometry, used)
+        return Completion(memory.written(), None, used, Engine("fibers", _PROFILED),
+                          counters)
 
     def _run(self, program: Program, library: runtime.KernelLibrary, memory: Memory,
              call: Dispatch, barrier_free: bool, sanitizing: runtime.Sanitizing | None) -> int:

@@ -5,10 +5,14 @@ and reads the written buffers back; the worker runs the kernel on it in place. N
 name ever exists (memfd, or a temporary file unlinked at once), so nothing is left behind
 when either process dies.
 
-Each buffer is placed so that it *ends* at a page boundary, with a guard page after it
-and one before its page run: in the worker the guard pages are made inaccessible, so a
-write past the end of a buffer traps at once (like Electric Fence), instead of landing in
-another buffer or in the worker's heap.
+Each buffer is placed so that it *ends* at a page boundary, followed by one page of
+slack and then a guard page (and one guard page before its page run): in the worker the
+guard pages are made inaccessible, so a write far past the end of a buffer traps (like
+Electric Fence), instead of landing in another buffer or in the worker's heap. The slack,
+zeroed for every dispatch, stands for the room a GPU buffer's allocation has past its end
+(Metal rounds buffers up to whole pages): a kernel may read or write a little past a
+buffer, as MLX's rader_fft does on its last rows, and on the GPU that goes unnoticed; the
+sanitizer reports it.
 """
 
 from __future__ import annotations
@@ -47,13 +51,14 @@ class Placement:
 
 def layout(spans: list[int]) -> tuple[list[int], list[int], int]:
     """Starts for buffers of `spans` bytes, the offsets of the guard pages between them,
-    and the arena size. Each buffer ends (rounded up to `ALIGN`) at a guard page."""
+    and the arena size. Each buffer ends (rounded up to `ALIGN`) at a page of slack, the
+    page before a guard page."""
     starts, guards, cursor = [], [0], PAGE
     for n in spans:
         padded = -(-max(n, 1) // ALIGN) * ALIGN
         pages = -(-padded // PAGE)
         starts.append(cursor + pages * PAGE - padded)
-        cursor += pages * PAGE
+        cursor += (pages + 1) * PAGE  # the buffer's pages, then its slack
         guards.append(cursor)
         cursor += PAGE
     return starts, guards, cursor
@@ -99,10 +104,12 @@ class Arena:
         self._base = ctypes.addressof(ctypes.c_char.from_buffer(self.map))
 
     def guard(self, offsets: list[int]) -> None:
-        """Makes the pages at `offsets` inaccessible (the ones an earlier call guarded
-        become ordinary memory again)."""
+        """Makes the pages at `offsets` inaccessible and zeroes the slack page before each
+        but the first (the ones an earlier call guarded become ordinary memory again)."""
         for offset in self._guarded:
             _libc.mprotect(self._base + offset, PAGE, _PROT_RW)
+        for offset in offsets[1:]:
+            ctypes.memset(self._base + offset - PAGE, 0, PAGE)
         for offset in offsets:
             if _libc.mprotect(self._base + offset, PAGE, _PROT_NONE) != 0:
                 raise OSError(ctypes.get_errno(), "mprotect of a guard page failed")

@@ -2,14 +2,16 @@
 turning what it recorded into a `SanitizerReport` at the author's source lines.
 
 Each buffer is bounded by the memory it spans (a strided view by the bytes its elements
-reach, not by its data pointer and size); outputs get a written-byte shadow, so outputs
-never written show up afterwards.
+reach, not by its data pointer and size), and elements are counted from its data pointer,
+as the kernel indexes it; outputs get a written-byte shadow, so outputs never written
+show up afterwards.
 """
 
 from __future__ import annotations
 
 import ctypes
-from collections.abc import Sequence
+from collections.abc import Iterable
+from dataclasses import replace
 
 import numpy as np
 
@@ -18,9 +20,10 @@ from ...dispatch import Program
 from ...errors import KernelDeadlock, KernelFault, ThreadgroupMemoryError
 from ...sanitizer import Finding, SanitizerReport
 from . import runtime
-from .compiler import Translation
 from .memory import Memory
+from .places import Places
 from .symbolizer import symbolize
+from .translation import Translation
 
 __all__ = ["describe_buffers", "fault_finding", "report"]
 
@@ -59,65 +62,99 @@ def describe_buffers(memory: Memory) -> runtime.Sanitizing:
                               names=[p.name for p in params], indices=[p.index for p in params])
 
 
-def _is_file(frame_file: str, label: str) -> bool:
-    # Debug info joins a relative `#line` name (``<generated>``, ``source``) to the
-    # compiler's working folder.
-    return frame_file == label or frame_file.endswith("/" + label)
+def _origin(memory: Memory, index: int) -> int:
+    """Elements from the low end of a buffer's span to its data pointer (a reversed
+    view's element 0 is its highest)."""
+    arr = memory.arrays[index]
+    return (arr.ctypes.data - byte_span(arr)[0]) // max(1, arr.itemsize)
 
 
-def _source_line(tu: Translation, frames: Sequence[tuple[str, int]]) -> str:
-    """The author's line of the innermost inlined frame in the author's files, and the
-    call site in the main file when that frame is in one of the author's other files."""
-    sources = tu.sources
-    others = [str(p) for p, _ in sources.files]
-    lines = []
-    for file, line in frames:
-        if _is_file(file, sources.label):
-            found = sources.author_line(line)
-            if found is not None:
-                lines.append(f"{found[0]}:{found[1]}")
-                break
-        elif any(_is_file(file, other) for other in others):
-            lines.append(f"{file}:{line}")
-    if not lines:
-        return ""
-    return lines[0] + (f" (called from {lines[-1]})" if len(lines) > 1 else "")
+# Findings about two threads: what the other one did.
+_OTHERS = {"RACE": "", "SIMD_DIVERGENCE": "elsewhere",
+           "BARRIER_DIVERGENCE": "elsewhere, or returned"}
+
+
+class _Reader:
+    """Turns the runtime's records of one dispatch into `Finding`s."""
+
+    def __init__(self, name: str, tu: Translation, library_path, sanitizing: runtime.Sanitizing,
+                 memory: Memory) -> None:
+        self.name, self.sanitizing, self.memory = name, sanitizing, memory
+        offsets = [o for f in sanitizing.found for o in (f.pc, *f.callers) if o]
+        self.places = Places(tu, symbolize(library_path, offsets))
+        self.kinds = {k.code: k for k in runtime.finding_kinds().values()}
+
+    def finding(self, f: runtime.Finding) -> Finding:
+        kind = self.kinds.get(f.kind)
+        name = kind.name if kind else ""
+        stack = self.places.stack([f.pc, *f.callers])
+        line, called_from = self.places.line(stack)
+        fields = dict(kind=kind.text if kind else f"finding {f.kind}", kernel=self.name,
+                      thread=tuple(f.thread), threadgroup=tuple(f.group), line=line,
+                      called_from=called_from, count=int(f.count))
+        if name == "ARRAY_INDEX":
+            fields |= self._array_index(f, stack)
+        elif name == "INACTIVE_LANE":
+            fields |= self._inactive_lane(f)
+        else:
+            fields |= self._memory(f, name)
+        return Finding(**fields)
+
+    def _memory(self, f: runtime.Finding, name: str) -> dict:
+        s = self.sanitizing
+        where, element = "", None
+        if f.buffer >= 0:
+            if f.buffer < len(s.names):
+                where = s.names[f.buffer]
+                element = f.element - _origin(self.memory, s.indices[f.buffer])
+            else:
+                where, element = "<buffer table>", f.element
+        elif 0 <= f.tg_array < len(s.arrays):
+            where, element = s.arrays[f.tg_array][0], f.element
+        fields: dict = dict(where=where, element=element,
+                            access=("write" if f.write else "read") if where else "")
+        if name in _OTHERS:
+            fields["other_thread"] = tuple(f.other)
+            fields["other_access"] = (("write" if f.other_write else "read") if name == "RACE"
+                                      else _OTHERS[name])
+        return fields
+
+    def _array_index(self, f: runtime.Finding, stack) -> dict:
+        s = self.sanitizing
+        type_name = s.arrays[f.tg_array][0] if 0 <= f.tg_array < len(s.arrays) else ""
+        array = self.places.subscripted(stack)
+        threadgroup = {n for n, _ in s.arrays if not n.startswith("'")}
+        role = "threadgroup" if array in threadgroup else "thread-private"
+        return dict(where=array or f"{role} array", element=int(f.element),
+                    detail=f"{role} array of type {type_name}" if type_name else "")
+
+    def _inactive_lane(self, f: runtime.Finding) -> dict:
+        exists = tuple(f.other) != (0xFFFFFFFF,) * 3
+        state = ("is inactive (it has returned, or waits at a barrier or another SIMD-group "
+                 "function)" if exists else "does not exist (the SIMD-group is partial)")
+        return dict(other_thread=tuple(f.other) if exists else None, other_access="inactive",
+                    detail=f"it reads lane {f.element}, which {state}: Metal leaves the "
+                           "result undefined")
 
 
 def report(name: str, tu: Translation, library_path, sanitizing: runtime.Sanitizing,
            memory: Memory, finished: bool = True) -> SanitizerReport:
     """The findings of one sanitized dispatch (and, when it finished, unwritten outputs)."""
-    lines = symbolize(library_path, [f.pc for f in sanitizing.found])
-    kinds = runtime.finding_kinds()
-    texts = {k.code: k.text for k in kinds.values()}
-    pairs = {kinds[n].code for n in ("RACE", "SIMD_DIVERGENCE", "BARRIER_DIVERGENCE")}
-    out = SanitizerReport(name)
-    for f in sanitizing.found:
-        kind = texts.get(f.kind, f"finding {f.kind}")
-        where = ""
-        if f.buffer >= 0:
-            where = (sanitizing.names[f.buffer] if f.buffer < len(sanitizing.names)
-                     else "<buffer table>")
-        elif 0 <= f.tg_array < len(sanitizing.arrays):
-            where = sanitizing.arrays[f.tg_array][0]
-        located = lines.get(f.pc, [])
-        out.findings.append(Finding(
-            kind=kind,
-            kernel=name,
-            where=where,
-            element=f.element if where else None,
-            access=("write" if f.write else "read") if where else "",
-            thread=tuple(f.thread),
-            other_thread=tuple(f.other) if f.kind in pairs else None,
-            other_access=(("write" if f.other_write else "read")
-                          if f.kind == kinds["RACE"].code else ""),
-            threadgroup=tuple(f.group),
-            line=_source_line(tu, located) if located else "",
-            count=int(f.count),
-        ))
+    reader = _Reader(name, tu, library_path, sanitizing, memory)
+    out = SanitizerReport(name, _merged(reader.finding(f) for f in sanitizing.found))
     if finished:
         out.findings += _unwritten_outputs(name, memory, sanitizing)
     return out
+
+
+def _merged(findings: Iterable[Finding]) -> list[Finding]:
+    """One finding for those that differ only in their count (accesses at several
+    places of the compiled code that are one place of the source)."""
+    merged: dict[Finding, int] = {}
+    for f in findings:
+        key = replace(f, count=1)
+        merged[key] = merged.get(key, 0) + f.count
+    return [replace(f, count=n) for f, n in merged.items()]
 
 
 def _unwritten_outputs(name: str, memory: Memory,

@@ -70,6 +70,22 @@ def _source_bytes(buf: Bound) -> tuple[np.ndarray, Placement]:
                                                 view.strides, view.dtype.str)
 
 
+def _owners(indices: list[int], placements: dict[int, Placement],
+            sources: dict[int, np.ndarray]) -> dict[int, int]:
+    """For each buffer, the buffer whose arena memory it uses: itself, or the first bound
+    buffer over the very same memory (one buffer bound at several indices is one buffer
+    in the arena too, as one MTLBuffer is)."""
+    first: dict[tuple[int, int], int] = {}
+    owners = {}
+    for index in indices:
+        nbytes = placements[index].nbytes
+        if index in sources and nbytes:  # the source spans the caller's very bytes
+            owners[index] = first.setdefault((sources[index].ctypes.data, nbytes), index)
+        else:
+            owners[index] = index
+    return owners
+
+
 def _span_bytes(view: np.ndarray, lo: int, hi: int) -> np.ndarray:
     """The bytes [lo, hi) a (possibly strided) view's elements reach, as uint8."""
     if view.flags.c_contiguous:
@@ -180,15 +196,21 @@ class Isolated:
                                               _c_strides(shape, dt.itemsize), dt.str)
             else:
                 sources[index], placements[index] = _source_bytes(buf)
-        starts, guards, size = layout([placements[i].nbytes for i in indices])
+        owners = _owners(indices, placements, sources)
+        placed = sorted(set(owners.values()))
+        starts, guards, size = layout([placements[i].nbytes for i in placed])
         if self._arena.grow(size):
             self._arena_sent = False
         whole = np.frombuffer(self._arena.map, dtype=np.uint8)  # type: ignore[arg-type]
-        for index, start in zip(indices, starts):
-            p = placements[index]
-            placements[index] = Placement(start, p.nbytes, p.data, p.shape, p.strides, p.dtype)
+        start_of = dict(zip(placed, starts))
+        for index in placed:
             if index in sources:
-                whole[start : start + p.nbytes] = sources[index]
+                start = start_of[index]
+                whole[start : start + placements[index].nbytes] = sources[index]
+        for index in indices:
+            p = placements[index]
+            placements[index] = Placement(start_of[owners[index]], p.nbytes, p.data, p.shape,
+                                          p.strides, p.dtype)
         token = self._tokens.get(program)
         fresh_program = token is None
         if fresh_program:
@@ -223,7 +245,7 @@ class Isolated:
         kind, value = reply
         if kind == "error":
             raise value
-        written, report, used, engine = value
+        written, report, used, engine, counters = value
         buffers = {}
         for index in written:
             arena_view = placements[index].view(self._arena.map)  # type: ignore[arg-type]
@@ -234,7 +256,7 @@ class Isolated:
             else:
                 buffers[index] = np.array(arena_view)
             del arena_view
-        return Completion(buffers, report, used, engine)
+        return Completion(buffers, report, used, engine, counters)
 
 
 def _c_strides(shape: tuple[int, ...], itemsize: int) -> tuple[int, ...]:

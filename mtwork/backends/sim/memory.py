@@ -6,6 +6,13 @@ threadgroup memory (those arguments sit at its start, in index order). Fresh buf
 made here (poisoned or filled); bound ones are used in place (as numpy views of mx
 arrays, made row-contiguous where the kernel wants that); buffers the body form derives
 from an input (its shape, strides, ndim) are computed from that input.
+
+Every buffer starts at a multiple of 16 bytes, as Metal's do: vector loads of a buffer
+cast to ``float4 *`` need it (an aligned SSE load of a misaligned address faults). Bound
+memory that starts elsewhere (an mx array's data sits 8 bytes past an alignment on
+MLX's CPU allocator) runs on an aligned copy of the bytes it spans (strided views keep
+their layout), copied back afterwards (`settle`), so a kernel that writes through it
+writes the caller's memory as on Metal; memory bound at several indices stays one copy.
 """
 
 from __future__ import annotations
@@ -17,8 +24,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ...buffers import allocate, initialise, numpy_view
+from ...buffers import allocate, byte_span, initialise, numpy_view
 from ...dispatch import Bound, Dispatch, Fresh, Param, Program
+from .arena import ALIGN
 from .sources import THREADGROUP_SLOT_BASE
 
 __all__ = ["Memory"]
@@ -41,6 +49,19 @@ def _view(bound: Bound) -> np.ndarray:
     return view
 
 
+def _aligned_copy(view: np.ndarray) -> np.ndarray:
+    """A copy of the bytes `view` spans, placed so that its element 0 starts on an `ALIGN`
+    boundary, and `view`'s layout over that copy."""
+    lo, hi = byte_span(view)
+    lead = view.ctypes.data - lo  # bytes before element 0 (a reversed view's)
+    raw = np.empty(hi - lo + ALIGN, np.uint8)
+    start = -(raw.ctypes.data + lead) % ALIGN
+    raw[start:start + hi - lo] = np.ctypeslib.as_array((ctypes.c_uint8 * (hi - lo))
+                                                       .from_address(lo))
+    return np.ndarray(view.shape, view.dtype, buffer=raw, offset=start + lead,
+                      strides=view.strides)
+
+
 @dataclass
 class Memory:
     """The arrays of one attempt at a dispatch, and the table that points at them."""
@@ -51,6 +72,8 @@ class Memory:
     # gives views of the memory it shares with mtwork.
     place: Callable[[int, Fresh], np.ndarray] | None = None
     arrays: dict[int, np.ndarray] = field(default_factory=dict)  # by buffer index
+    # Bound memory that did not start aligned, by index: `arrays` holds an aligned copy.
+    misaligned: dict[int, np.ndarray] = field(default_factory=dict)
     table: ctypes.Array = field(init=False)
     threadgroup_bytes: int = field(init=False)  # taken by [[threadgroup(n)]] arguments
 
@@ -62,14 +85,17 @@ class Memory:
                                       if self.place is None else
                                       initialise(self.place(index, buf), buf.dtype, buf.fill))
             else:
-                self.arrays[index] = _view(buf)
+                self.arrays[index] = self._aligned(index, _view(buf))
         for p in self.program.params:
             if p.derived is not None:
                 kind, source = p.derived
                 self.arrays[p.index] = _derived(kind, self.arrays[source])  # type: ignore
         sizes = dict(sorted(self.dispatch.threadgroup_memory.items()))
+        # A slot for every buffer parameter, bound or not: the launcher reads each one.
+        buffer_slots = [p.index + 1 for p in self.program.params
+                        if p.kind == "buffer" and p.index is not None]
         slots = max([THREADGROUP_SLOT_BASE + i + 1 for i in sizes]
-                    + [i + 1 for i in self.arrays] + [1])
+                    + [i + 1 for i in self.arrays] + buffer_slots + [1])
         self.table = (ctypes.c_void_p * slots)()
         for index, arr in self.arrays.items():
             self.table[index] = arr.ctypes.data if arr.size else None
@@ -78,6 +104,21 @@ class Memory:
             self.table[THREADGROUP_SLOT_BASE + index] = offset
             offset += size
         self.threadgroup_bytes = offset
+
+    def _aligned(self, index: int, view: np.ndarray) -> np.ndarray:
+        """`view`, or an aligned copy of it (one copy for memory bound at several
+        indices, which stays one buffer)."""
+        if not (view.size and view.ctypes.data % ALIGN):
+            return view
+        same = next((i for i, o in self.misaligned.items()
+                     if byte_span(o) == byte_span(view)), None)
+        self.misaligned[index] = view
+        if same is None:
+            return _aligned_copy(view)
+        shared, original = self.arrays[same], self.misaligned[same]
+        return np.ndarray(view.shape, view.dtype, buffer=shared.base,
+                          offset=shared.ctypes.data - shared.base.ctypes.data
+                          + view.ctypes.data - original.ctypes.data, strides=view.strides)
 
     def kind(self, p: Param) -> str:
         """"fresh", "writable" (bound, written in place), "input" or "internal"."""
@@ -88,11 +129,16 @@ class Memory:
             return "fresh"
         return "writable" if buf is not None and buf.writable else "input"
 
-    def written(self) -> dict[int, np.ndarray]:
-        """The buffers a caller gets back: fresh ones and writable bound ones."""
-        return {p.index: self.arrays[p.index] for p in self.program.params  # type: ignore
+    def _returned(self) -> list[int]:
+        return [p.index for p in self.program.params  # type: ignore[misc]
                 if p.kind == "buffer" and p.index in self.arrays
-                and self.kind(p) in ("fresh", "writable")}
+                and self.kind(p) in ("fresh", "writable")]
+
+    def written(self) -> dict[int, np.ndarray]:
+        """The buffers a caller gets back: fresh ones and writable bound ones (aligned
+        copies settled first)."""
+        self.settle()
+        return {i: self.arrays[i] for i in self._returned()}
 
     def snapshot(self, every: bool = False) -> dict[int, np.ndarray]:
         """Copies of the bound buffers a kernel may write (writable ones, and inputs its
@@ -106,6 +152,19 @@ class Memory:
                     and (every or buf.writable or not _CONST.search(p.type_text))):
                 out[p.index] = self.arrays[p.index].copy()  # type: ignore[index]
         return out
+
+    def settle(self) -> None:
+        """Copies what the kernel left in the aligned copies back to the caller's memory,
+        every one of them: a kernel may write through a pointer it was given read-only, as
+        on a GPU (the metal backend's wrapper writes its inputs so); written through a
+        pointer, since an mx array's numpy view may be marked read-only. Puts that memory
+        back in `arrays`."""
+        for index, original in self.misaligned.items():
+            lo, hi = byte_span(original)
+            copy_lo = byte_span(self.arrays[index])[0]
+            ctypes.memmove(lo, copy_lo, hi - lo)
+            self.arrays[index] = original
+        self.misaligned.clear()
 
     def restore(self, saved: dict[int, np.ndarray]) -> None:
         for index, copy in saved.items():

@@ -73,6 +73,7 @@ class Finding(ctypes.Structure):
         ("other_write", ctypes.c_uint32),
         ("pc", ctypes.c_uint64),
         ("count", ctypes.c_uint64),
+        ("callers", ctypes.c_uint64 * 6),  # MTW_FINDING_CALLERS
     ]
 
 

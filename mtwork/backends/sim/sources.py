@@ -26,7 +26,7 @@ from .launcher import LaunchParam, launcher_source
 from .rewrite import rewrite_msl
 from .translation import Translation
 
-__all__ = ["THREADGROUP_SLOT_BASE", "for_emulator", "translation_unit"]
+__all__ = ["THREADGROUP_SLOT_BASE", "for_emulator", "rewriters_digest", "translation_unit"]
 
 Launcher = Callable[[str, Sequence[LaunchParam]], str]
 
@@ -37,6 +37,9 @@ THREADGROUP_SLOT_BASE = MAX_BUFFER_INDEX + 1
 _REWRITERS = (Path(__file__).with_name("rewrite.py"),
               *sorted((Path(__file__).parents[2] / "msl").glob("*.py")))
 _tree_lock = threading.Lock()
+# Metal declares its scalar and vector types before any include (llama.cpp's
+# ggml-metal-impl.h uses int32_t before <metal_stdlib>): the shim's types come first.
+_METAL_TYPES = "#include <metal_types>\n"
 
 
 def for_emulator(text: str) -> str:
@@ -66,14 +69,15 @@ class SourceTree:
 
 
 @cache
-def _rewriters_digest() -> str:
+def rewriters_digest() -> str:
+    """A digest of the code that rewrites sources: a change to it rewrites them anew."""
     return _digest(*(p.read_text() for p in _REWRITERS))
 
 
 def source_tree(program: Program) -> SourceTree:
     """Writes (once per content) the rewritten copy of `program`'s files."""
     src = program.sources
-    parts = [_rewriters_digest(), src.label, src.text, str(src.path)]
+    parts = [rewriters_digest(), src.label, src.text, str(src.path)]
     for path, text in sorted(src.files):
         parts += [str(path), text]
     root = cache_dir() / "sources" / _digest(*parts, *map(str, src.search_dirs))
@@ -123,5 +127,5 @@ def translation_unit(program: Program, launcher: Launcher = launcher_source
     if prelude and not prelude.endswith("\n"):
         prelude += "\n"
     entry = launcher(program.function, [_launch_param(p) for p in program.params])
-    text = f'{program.defines}{prelude}#include "{main}"\n{entry}'
+    text = f'{_METAL_TYPES}{program.defines}{prelude}#include "{main}"\n{entry}'
     return Translation(text, program.sources, tree.root), tree

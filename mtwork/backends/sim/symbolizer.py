@@ -21,20 +21,24 @@ def _symbolizer() -> list[str] | None:
     return None
 
 
-def _frames(lines: Sequence[str]) -> list[tuple[str, int]]:
+Frame = tuple[str, int, int]  # file, line, column (0: not known)
+
+
+def _frames(lines: Sequence[str]) -> list[Frame]:
     frames = []
     for line in lines:
         parts = line.strip().rsplit(":", 2)
-        if len(parts) == 3 and parts[1].isdigit():
-            frames.append((parts[0], int(parts[1])))
-        elif len(parts) >= 2 and parts[-1].split(" ")[0].isdigit():
-            frames.append((":".join(parts[:-1]), int(parts[-1].split(" ")[0])))
+        if len(parts) == 3 and parts[1].isdigit() and parts[2].isdigit():  # file:line:col
+            frames.append((parts[0], int(parts[1]), int(parts[2])))
+        elif len(parts) >= 2 and parts[-1].split(" ")[0].isdigit():  # file:line (discriminator)
+            frames.append((":".join(parts[:-1]), int(parts[-1].split(" ")[0]), 0))
     return frames
 
 
-def symbolize(library: Path, offsets: Sequence[int]) -> dict[int, list[tuple[str, int]]]:
+def symbolize(library: Path, offsets: Sequence[int]) -> dict[int, list[Frame]]:
     """Maps code offsets (return addresses) to their inlined frames, innermost first, as
-    (file, line) of the compiled translation unit; empty when no symbolizer is installed."""
+    (file, line, column) of the compiled translation unit; empty when no symbolizer is
+    installed."""
     tool = _symbolizer()
     wanted = sorted({o for o in offsets if o})
     if not tool or not wanted:
@@ -42,7 +46,7 @@ def symbolize(library: Path, offsets: Sequence[int]) -> dict[int, list[tuple[str
     addresses = [hex(o - 1) for o in wanted]  # the call instruction, not the one after it
     llvm = tool[0].endswith("llvm-symbolizer")
     if llvm:
-        args = [*tool, f"--obj={library}", "--inlines", *addresses]
+        args = [*tool, f"--obj={library}", "--inlines", "--functions=none", *addresses]
     else:
         args = [*tool, "-a", "-i", "-e", str(library), *addresses]
     try:

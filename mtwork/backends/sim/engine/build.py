@@ -73,8 +73,10 @@ def _engine_version() -> str:
 
 def _flags(math_mode: str) -> list[str]:
     common = [f for f in compiler.COMMON_FLAGS if f != "-O2"]
+    # 4-byte alignment for vector accesses through pointers, as the fiber engine's build
+    # (compiler.KERNEL_FLAGS says why); no SafeStack: the engine runs threads as loops.
     return [*common, *compiler.TARGET_FLAGS, *compiler.MATH_MODE_FLAGS[math_mode],
-            *compiler.KERNEL_DEFINES]
+            *compiler.KERNEL_DEFINES, "-fmax-type-align=4"]
 
 
 def _always_inline(text: str) -> str:
@@ -107,7 +109,8 @@ def _compile(work: Path, tu_text: str, math_mode: str, label: str,
     source, front, inlined, transformed = (work / n for n in (
         "kernel.cpp", "front.ll", "inlined.ll", "engine.ll"))
     source.write_text(tu_text)
-    error = _run([*flags, *_FRONT_END, "-isystem", str(compiler.SHIM_DIR), "-I",
+    error = _run([*flags, *_FRONT_END, "-isystem", str(compiler.SHIM_DIR),
+                  *compiler.METAL_PREDECLARED, "-I",
                   str(compiler.prelude_dir()), *includes, str(source), "-o", str(front)], label)
     if error:
         return None, f"clang could not build the engine's translation unit: {error}"

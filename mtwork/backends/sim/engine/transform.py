@@ -28,9 +28,6 @@ _TG_ALLOC = "@mtw_engine_tg_alloc"
 _KEPT = ("@mtw_entry", "@mtw_entry_barrier_free")
 # Runtime functions a kernel may call, and why the engine cannot run a kernel calling
 # each one it does not handle.
-_UNHANDLED: dict[str, str] = {}
-
-
 @dataclass(frozen=True)
 class Transformed:
     text: str  # the module's IR
@@ -82,7 +79,7 @@ def _rewrite_runtime_calls(function: Function) -> int:
             elif callee == "@mtw_kernel_fault":  # the fiber engine reports it
                 block.instructions[k] = Instruction("call void @llvm.trap()", None, "call")
             else:
-                raise IRError(_UNHANDLED.get(callee, f"the runtime function {callee[1:]}"))
+                raise IRError(f"the kernel calls the runtime function {callee[1:]}")
     return sites
 
 

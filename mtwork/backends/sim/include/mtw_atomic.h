@@ -13,6 +13,7 @@
 #pragma once
 
 #include "mtw_compute.h"
+#include "mtw_profile.h"
 
 namespace metal {
 
@@ -127,6 +128,7 @@ namespace metal {
 template <typename T>
 MTW_INLINE T atomic_load_explicit(const volatile atomic<T>* object, memory_order order) {
   mtw_atomic::SanitizerScope scope;
+  mtw_profile::Atomic counted(object);
   return mtw_atomic::from_bits<T>(
       __atomic_load_n(mtw_atomic::bits(object), mtw_atomic::load_order(order)));
 }
@@ -135,6 +137,7 @@ template <typename T>
 MTW_INLINE void atomic_store_explicit(volatile atomic<T>* object, mtw_atomic::value_t<T> desired,
                                       memory_order order) {
   mtw_atomic::SanitizerScope scope;
+  mtw_profile::Atomic counted(object);
   __atomic_store_n(mtw_atomic::bits(object), mtw_atomic::to_bits<T>(desired),
                    mtw_atomic::store_order(order));
 }
@@ -143,6 +146,7 @@ template <typename T>
 MTW_INLINE T atomic_exchange_explicit(volatile atomic<T>* object,
                                       mtw_atomic::value_t<T> desired, memory_order order) {
   mtw_atomic::SanitizerScope scope;
+  mtw_profile::Atomic counted(object);
   return mtw_atomic::from_bits<T>(__atomic_exchange_n(
       mtw_atomic::bits(object), mtw_atomic::to_bits<T>(desired), mtw_atomic::rmw_order(order)));
 }
@@ -157,6 +161,7 @@ MTW_INLINE bool atomic_compare_exchange_weak_explicit(volatile atomic<T>* object
                                                       memory_order success,
                                                       memory_order failure) {
   mtw_atomic::SanitizerScope scope;
+  mtw_profile::Atomic counted(object);
   auto* p = mtw_atomic::bits(object);
   int on_success = mtw_atomic::rmw_order(success), on_failure = mtw_atomic::load_order(failure);
   if constexpr (is_same_v<T, float>) {
@@ -180,6 +185,7 @@ template <typename T>
 MTW_INLINE enable_if_t<mtw_atomic::is_arithmetic<T>, T> atomic_fetch_add_explicit(
     volatile atomic<T>* object, mtw_atomic::value_t<T> operand, memory_order order) {
   mtw_atomic::SanitizerScope scope;
+  mtw_profile::Atomic counted(object);
   if constexpr (is_same_v<T, float>)
     return mtw_atomic::update(object, [=](float v) { return v + operand; }, order);
   else
@@ -190,6 +196,7 @@ template <typename T>
 MTW_INLINE enable_if_t<mtw_atomic::is_arithmetic<T>, T> atomic_fetch_sub_explicit(
     volatile atomic<T>* object, mtw_atomic::value_t<T> operand, memory_order order) {
   mtw_atomic::SanitizerScope scope;
+  mtw_profile::Atomic counted(object);
   if constexpr (is_same_v<T, float>)
     return mtw_atomic::update(object, [=](float v) { return v - operand; }, order);
   else
@@ -201,6 +208,7 @@ MTW_INLINE enable_if_t<mtw_atomic::is_arithmetic<T>, T> atomic_fetch_sub_explici
   MTW_INLINE enable_if_t<mtw_atomic::is_integer<T>, T> name(                                    \
       volatile atomic<T>* object, mtw_atomic::value_t<T> operand, memory_order order) {         \
     mtw_atomic::SanitizerScope scope;                                                           \
+    mtw_profile::Atomic counted(object);                                                        \
     return builtin(&object->__value, operand, mtw_atomic::rmw_order(order));                    \
   }
 MTW_ATOMIC_INTEGER_OP(atomic_fetch_and_explicit, __atomic_fetch_and)
@@ -215,12 +223,14 @@ template <typename T>
 MTW_INLINE enable_if_t<mtw_atomic::is_integer<T>> atomic_min_explicit(
     volatile atomic<T>* object, mtw_atomic::value_t<T> operand, memory_order order) {
   mtw_atomic::SanitizerScope scope;
+  mtw_profile::Atomic counted(object);
   __atomic_fetch_min(&object->__value, operand, mtw_atomic::rmw_order(order));
 }
 template <typename T>
 MTW_INLINE enable_if_t<mtw_atomic::is_integer<T>> atomic_max_explicit(
     volatile atomic<T>* object, mtw_atomic::value_t<T> operand, memory_order order) {
   mtw_atomic::SanitizerScope scope;
+  mtw_profile::Atomic counted(object);
   __atomic_fetch_max(&object->__value, operand, mtw_atomic::rmw_order(order));
 }
 

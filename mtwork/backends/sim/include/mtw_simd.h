@@ -11,7 +11,8 @@
 // - reductions, scans, votes, simd_broadcast_first and simd_is_first take only the
 //   active lanes of the SIMD-group (or of the quad);
 // - a shuffle or broadcast whose source lane is inactive is undefined in Metal; here the
-//   caller gets its own value back, the same rule as for shuffle_up/down past the edge.
+//   caller gets its own value back, the same rule as for shuffle_up/down past the edge,
+//   and sanitize builds report it.
 //
 // Order of operations. Reductions associate as an xor butterfly over lane offsets 1, 2,
 // 4, 8, 16 (1, 2 for quads), as Apple's compiler lowers simd_sum: mlx-lm's packed
@@ -232,9 +233,16 @@ void scan(const void* const* ins, void* const* outs, uint32_t mask) {
 
 enum class Move { index, up, down, xor_, rotate_up, rotate_down, fill_up, fill_down };
 
+#ifdef MTW_SANITIZE
+// The sanitizer's report of a source lane that is inactive (runtime/sanitizer_findings.cpp).
+extern "C" void mtw_sanitizer_inactive_lane(const void* const* ins, uint32_t lane,
+                                            uint32_t source);
+#endif
+
 // Data movement: lane l reads the value (or, for shuffle_and_fill, the filling value) of
 // a source lane within its group of `width`; an inactive source gives the caller's own
-// value. shuffle_and_fill splits the group into vectors of `modulo` lanes: lanes shifted
+// value (a source past the group's edge, for shuffle_up and shuffle_down, is defined to;
+// an inactive one is undefined in Metal, and the sanitizer reports it). shuffle_and_fill splits the group into vectors of `modulo` lanes: lanes shifted
 // out of a vector are refilled from the other end of the filling data.
 template <typename T, Move how, int width>
 void move(const void* const* ins, void* const* outs, uint32_t mask) {
@@ -262,8 +270,14 @@ void move(const void* const* ins, void* const* outs, uint32_t mask) {
         break;
       }
     }
-    if (!active(mask, src)) put(outs, l, a.value);
-    else put(outs, l, filling ? arg<T>(ins, src).fill : arg<T>(ins, src).value);
+    if (active(mask, src)) {
+      put(outs, l, filling ? arg<T>(ins, src).fill : arg<T>(ins, src).value);
+      continue;
+    }
+#ifdef MTW_SANITIZE
+    if (src >= 0) mtw_sanitizer_inactive_lane(ins, uint32_t(l), uint32_t(src));
+#endif
+    put(outs, l, a.value);
   }
 }
 

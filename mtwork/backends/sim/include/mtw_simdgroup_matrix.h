@@ -14,6 +14,7 @@
 // which only works if no lane stores before every lane has loaded.
 #pragma once
 
+#include "mtw_profile.h"
 #include "mtw_simd.h"
 
 namespace mtw_sgmatrix {
@@ -68,6 +69,7 @@ MTW_INLINE void widen(float (&out)[2], const metal::vec<T, 2>& elements) {
 
 template <typename T>
 void load(const void* const* ins, void* const* outs, uint32_t mask) {
+  mtw_profile::GroupAccess access(ins, mask);  // one SIMD-group access
   for (int l = 0; l < mtw_simd::kWidth; ++l) {
     if (!mtw_simd::active(mask, l)) continue;
     const LoadArg<T>& in = *static_cast<const LoadArg<T>*>(ins[l]);
@@ -78,6 +80,7 @@ void load(const void* const* ins, void* const* outs, uint32_t mask) {
 
 template <typename T>
 void store(const void* const* ins, void* const*, uint32_t mask) {
+  mtw_profile::GroupAccess access(ins, mask);  // one SIMD-group access
   for (int l = 0; l < mtw_simd::kWidth; ++l) {
     if (!mtw_simd::active(mask, l)) continue;
     const StoreArg<T>& in = *static_cast<const StoreArg<T>*>(ins[l]);

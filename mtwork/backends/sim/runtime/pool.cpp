@@ -211,6 +211,8 @@ void describe_fault(Worker* w, int sig) {
 void run_dispatch(Worker* w) {
   Dispatch* d = &current;
   w->dispatch = d;
+  // A thread stopped inside an atomic (a sanitizer stop, a fault) never left its scope.
+  w->atomic_depth = 0;
   w->group.tg_memory = w->tg_memory;
   w->group.tg_memory_size = d->launch.tg_memory_limit;
   w->group.tg_static_bytes = d->launch.tg_static_bytes;

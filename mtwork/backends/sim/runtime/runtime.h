@@ -22,8 +22,8 @@ typedef struct mtw_buffer_info {
 } mtw_buffer_info;
 
 // Every kind of finding, once: its code, its name in C and Python, and its text in a
-// report. Kinds from 7 on are found outside the runtime (after the dispatch, or from how
-// it failed); they are here so that there is one table.
+// report. Kinds 7 to 9 are found outside the runtime (after the dispatch, or from how it
+// failed); they are here so that there is one table.
 #define MTW_FINDING_KINDS(X)                                                   \
   X(OUT_OF_BOUNDS, 1, "out-of-bounds access")        /* outside every buffer */ \
   X(INPUT_WRITE, 2, "write to an input buffer")                                 \
@@ -33,7 +33,9 @@ typedef struct mtw_buffer_info {
   X(BARRIER_DIVERGENCE, 6, "barrier divergence")                                \
   X(UNWRITTEN_OUTPUT, 7, "output never written")                                \
   X(TG_MEMORY, 8, "threadgroup memory over budget")                             \
-  X(KERNEL_FAULT, 9, "kernel fault")
+  X(KERNEL_FAULT, 9, "kernel fault")                                            \
+  X(ARRAY_INDEX, 10, "array index out of bounds")  /* a subscript past its array */ \
+  X(INACTIVE_LANE, 11, "read of an inactive SIMD lane")  /* undefined result */
 
 enum mtw_finding_kind {
 #define MTW_FINDING_ENUM(name, code, text) MTW_FINDING_##name = code,
@@ -45,18 +47,25 @@ enum mtw_finding_kind {
 const char* mtw_finding_kind_name(uint32_t code);
 const char* mtw_finding_kind_text(uint32_t code);
 
+#define MTW_FINDING_CALLERS 6
+
 typedef struct mtw_finding {
   uint32_t kind;
   uint32_t write;            // the access (for races: the later one) was a write
   int32_t buffer;            // index into the buffer infos, or -1
-  int32_t tg_array;          // index of the threadgroup array (see mtw_sanitizer_tg_arrays)
-  int64_t element;           // element index within the buffer or array
+  int32_t tg_array;          // index of the array (see mtw_sanitizer_tg_arrays), or -1
+  int64_t element;           // element index within the buffer or array (for
+                             // INACTIVE_LANE: the lane read)
   uint32_t thread[3];        // thread_position_in_threadgroup of the thread
-  uint32_t other[3];         // the other thread of a race
+  uint32_t other[3];         // the other thread of a race (or the lane read; all
+                             // 0xFFFFFFFF: no such thread)
   uint32_t group[3];         // threadgroup_position_in_grid
   uint32_t other_write;      // the other access of a race was a write
   uint64_t pc;               // code offset in the kernel library (for the source line)
   uint64_t count;            // how many accesses this finding stands for
+  // Code offsets of the calls that led to pc, innermost first (0: no more), for findings
+  // in functions that were not inlined (a helper's caller is the author's line).
+  uint64_t callers[MTW_FINDING_CALLERS];
 } mtw_finding;
 
 // A thread that had not finished when a dispatch was stopped from outside.
@@ -123,6 +132,54 @@ uint32_t mtw_sanitizer_findings(void);
 uint32_t mtw_sanitizer_tg_arrays(void);
 const char* mtw_sanitizer_tg_array_name(uint32_t index);
 uint32_t mtw_sanitizer_tg_array_element_size(uint32_t index);
+
+// Profiler mode: a kernel library built for profiling (see backends/sim/instrument.py)
+// reports the blocks it runs, the ways its branches go, its memory accesses and atomics;
+// the runtime counts them per threadgroup, as a GPU's SIMD-groups would run them.
+enum mtw_access_kind { MTW_ACCESS_LOAD = 0, MTW_ACCESS_STORE = 1, MTW_ACCESS_ATOMIC = 2 };
+#define MTW_PROFILE_THREADGROUP (-1)  // mtw_profile_site.buffer of threadgroup memory
+
+// The counts of one code address, one buffer (or threadgroup memory) and one kind.
+typedef struct mtw_profile_site {
+  uint64_t pc;          // code offset in the kernel library (for the source line)
+  int32_t buffer;       // index into the buffer infos, or MTW_PROFILE_THREADGROUP
+  uint32_t kind;        // mtw_access_kind
+  uint64_t accesses;    // SIMD-group access instructions (atomics: lanes)
+  uint64_t bytes;       // device memory: bytes requested (each byte once per access)
+  uint64_t lines;       // device memory: distinct lines per access, summed
+  uint64_t wavefronts;  // threadgroup memory: conflict-free wavefronts per access, summed
+  uint64_t conflicts;   // threadgroup memory: extra wavefronts of bank conflicts, summed
+} mtw_profile_site;
+
+typedef struct mtw_profile {
+  mtw_entry_fn entry;               // the profiled launch's entry (mtw_launch.entry)
+  const mtw_buffer_info* buffers;   // the dispatch's buffers (MTW_BUFFER_INTERNAL: skipped)
+  uint32_t nbuffers;
+  uint32_t line_bytes;              // device memory line size (128)
+  uint32_t threads;                 // threads per threadgroup (at most)
+  uint32_t blocks;                  // instrumented blocks: ids 0 .. blocks - 1
+  uint32_t branches;                // instrumented branches: ids 0 .. branches - 1
+  uint32_t max_sites;               // room in `sites`
+  // Filled by mtw_profile_collect:
+  uint64_t* block_lanes;            // [blocks] executions, summed over threads
+  uint64_t* block_simd;             // [blocks] SIMD-group issues (per SIMD-group the most
+                                    // executions of one lane), summed
+  uint64_t* block_groups;           // [blocks] threadgroup issues (the same per threadgroup)
+  uint64_t* divergences;            // [branches] SIMD-group issues whose lanes went both ways
+  uint64_t* distinct_lines;         // [nbuffers] lines touched at least once
+  mtw_profile_site* sites;          // [max_sites], sorted by (pc, buffer, kind)
+} mtw_profile;
+
+// Arms the profiler for the next dispatch of `profile->entry`; nonzero (see
+// mtw_profile_message) when its memory cannot be had. Dispatches of other entries are
+// not counted.
+int mtw_profile_arm(const mtw_profile* profile);
+// After that dispatch: fills the results of the armed profile and disarms; returns the
+// number of sites (more than max_sites: only the first max_sites were written).
+uint32_t mtw_profile_collect(void);
+// Disarms without results (after a failed dispatch).
+void mtw_profile_disarm(void);
+const char* mtw_profile_message(void);
 
 #ifdef __cplusplus
 }

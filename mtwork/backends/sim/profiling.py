@@ -1,0 +1,252 @@
+"""The profiler's side of a sim dispatch: the runtime's counting armed for one launch
+(runtime/profiler.cpp), and what it counted turned into `mtwork.gpu.Counters` at the
+author's source lines.
+
+The runtime gives, per instrumented block, its executions (summed over threads), its
+SIMD-group issues and its threadgroup issues; `instrument.Table` says what one execution
+of each block does, so operations, SIMD-group operations, barriers and SIMD efficiency
+are sums of products. Memory comes per code address and buffer (or threadgroup memory),
+already counted per SIMD-group access; the symbolizer names each address's source line.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import math
+import threading
+from collections import Counter, defaultdict
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from functools import cache, lru_cache
+from pathlib import Path
+
+from ...buffers import byte_span
+from ...dispatch import Geometry, Sources
+from ...errors import EmulatorUnavailable
+from ...gpu.catalog import default_gpu
+from ...gpu.counters import BufferTraffic, Counters, LaneOps, SimdOps, SourceLine
+from . import runtime
+from .compiler import runtime_library
+from .instrument import Table, author_place
+from .memory import Memory
+from .symbolizer import symbolize
+
+__all__ = ["Profiled", "counters", "counting", "load_table"]
+
+# Apple GPUs give a thread at most 128 32-bit registers (Alyssa Rosenzweig, "Dissecting
+# the Apple M1 GPU, part III"); a kernel that needs more spills.
+MAX_REGISTERS = 128
+_MAX_SITES = 1 << 14  # (code address, buffer, kind) triples a dispatch may have
+_THREADGROUP = -1
+_LOAD, _STORE, _ATOMIC = 0, 1, 2
+_INCOMPLETE = 0xFFFFFFFF
+_lock = threading.Lock()  # the runtime has one profiler: one profiled dispatch at a time
+
+
+class _Site(ctypes.Structure):
+    _fields_ = [("pc", ctypes.c_uint64), ("buffer", ctypes.c_int32), ("kind", ctypes.c_uint32),
+                ("accesses", ctypes.c_uint64), ("bytes", ctypes.c_uint64),
+                ("lines", ctypes.c_uint64), ("wavefronts", ctypes.c_uint64),
+                ("conflicts", ctypes.c_uint64)]
+
+
+class _Profile(ctypes.Structure):
+    _fields_ = [("entry", ctypes.c_void_p), ("buffers", ctypes.c_void_p),
+                ("nbuffers", ctypes.c_uint32), ("line_bytes", ctypes.c_uint32),
+                ("threads", ctypes.c_uint32), ("blocks", ctypes.c_uint32),
+                ("branches", ctypes.c_uint32), ("max_sites", ctypes.c_uint32),
+                ("block_lanes", ctypes.c_void_p), ("block_simd", ctypes.c_void_p),
+                ("block_groups", ctypes.c_void_p), ("divergences", ctypes.c_void_p),
+                ("distinct_lines", ctypes.c_void_p), ("sites", ctypes.c_void_p)]
+
+
+@cache
+def _profiler() -> ctypes.CDLL:
+    lib = ctypes.CDLL(str(runtime_library()), mode=ctypes.RTLD_GLOBAL)
+    lib.mtw_profile_arm.argtypes = [ctypes.POINTER(_Profile)]
+    lib.mtw_profile_arm.restype = ctypes.c_int
+    lib.mtw_profile_collect.restype = ctypes.c_uint32
+    lib.mtw_profile_disarm.restype = None
+    lib.mtw_profile_message.restype = ctypes.c_char_p
+    return lib
+
+
+def load_table(library: Path) -> Table:
+    """The table of a profiled library (kept beside it by compiler.compile_kernel)."""
+    return Table.from_json(json.loads(library.with_name("table.json").read_text()))
+
+
+def _array(kind, n: int) -> ctypes.Array:
+    return (kind * max(1, n))()
+
+
+@dataclass
+class Profiled:
+    """What the runtime counted for one dispatch."""
+
+    names: list[str]  # the buffers, by the runtime's index
+    lanes: ctypes.Array
+    simd: ctypes.Array
+    groups: ctypes.Array
+    divergences: ctypes.Array
+    distinct_lines: ctypes.Array
+    sites: list[_Site] = field(default_factory=list)
+
+
+def _buffers(memory: Memory) -> tuple[ctypes.Array, list[str]]:
+    """Every buffer of the dispatch (the body form's shape and stride buffers too: MLX
+    passes them as buffers), for the runtime to tell accesses apart."""
+    params = [p for p in memory.program.params
+              if p.kind == "buffer" and p.index in memory.arrays and memory.arrays[p.index].size]
+    infos = (runtime.BufferInfo * max(1, len(params)))()
+    for info, p in zip(infos, params):
+        arr = memory.arrays[p.index]
+        lo, hi = byte_span(arr)
+        info.base, info.size = lo, hi - lo
+        info.element_size = max(1, arr.itemsize)
+        info.kind = runtime.BUFFER_INPUT
+        info.name = p.name.encode()
+    return infos, [p.name for p in params]
+
+
+@contextmanager
+def counting(library: runtime.KernelLibrary, table: Table, memory: Memory,
+             geometry: Geometry) -> Iterator[Profiled]:
+    """Arms the runtime's profiler for the dispatch run inside the block; afterwards the
+    `Profiled` it yields holds the counts. One profiled dispatch at a time."""
+    rt = _profiler()
+    infos, names = _buffers(memory)
+    blocks, branches = len(table.blocks), len(table.branches)
+    out = Profiled(names, _array(ctypes.c_uint64, blocks), _array(ctypes.c_uint64, blocks),
+                   _array(ctypes.c_uint64, blocks), _array(ctypes.c_uint64, branches),
+                   _array(ctypes.c_uint64, len(names)))
+    sites = (_Site * _MAX_SITES)()
+    profile = _Profile(
+        entry=library.entry, buffers=ctypes.cast(infos, ctypes.c_void_p).value,
+        nbuffers=len(names), line_bytes=_line_bytes(),
+        threads=min(geometry.threads_per_threadgroup, math.prod(geometry.grid)),
+        blocks=blocks, branches=branches, max_sites=_MAX_SITES,
+        block_lanes=ctypes.addressof(out.lanes), block_simd=ctypes.addressof(out.simd),
+        block_groups=ctypes.addressof(out.groups),
+        divergences=ctypes.addressof(out.divergences),
+        distinct_lines=ctypes.addressof(out.distinct_lines), sites=ctypes.addressof(sites))
+    with _lock:
+        if rt.mtw_profile_arm(ctypes.byref(profile)) != 0:
+            raise EmulatorUnavailable(f"the profiler cannot run: "
+                                      f"{rt.mtw_profile_message().decode()}")
+        try:
+            yield out
+        except BaseException:
+            rt.mtw_profile_disarm()
+            raise
+        found = rt.mtw_profile_collect()
+    if found == _INCOMPLETE:
+        raise EmulatorUnavailable(rt.mtw_profile_message().decode())
+    if found > _MAX_SITES:
+        raise EmulatorUnavailable(f"the profiler counted {found} access sites, more than the "
+                                  f"{_MAX_SITES} it reports; profile a smaller kernel")
+    out.sites = list(sites[:found])
+
+
+def _line_bytes() -> int:
+    """The line size of the chip the counts are for ($MTWORK_GPU's; every chip in the table
+    has 128-byte lines)."""
+    return default_gpu().line_bytes
+
+
+@lru_cache(maxsize=256)
+def _places(library: Path, offsets: tuple[int, ...], sources: Sources
+            ) -> dict[int, tuple[str, int]]:
+    """The author's source line of each code offset that has one."""
+    place = author_place(sources)
+    found = {}
+    for offset, frames in symbolize(library, offsets).items():
+        for file, line, _column in frames:  # innermost first
+            where = place(file, line)
+            if where is not None:
+                found[offset] = where
+                break
+    return found
+
+
+def _work(table: Table, raw: Profiled, lines: defaultdict) -> tuple[dict, dict, list[int]]:
+    """Lane operations, SIMD-group operations and (barriers, SIMD issues, active lanes)
+    of the blocks; per-line operations and divergences go into `lines`."""
+    ops, simd = Counter(), Counter()
+    barriers = issues = active = 0
+    for b, work in enumerate(table.blocks):
+        lanes, simd_issues = raw.lanes[b], raw.simd[b]
+        for cls, n in work.ops.items():
+            ops[cls] += n * lanes
+        for cls, n in work.simd.items():
+            simd[cls] += n * simd_issues
+        barriers += work.barriers * raw.groups[b]
+        alu = sum(work.ops.values())
+        issues += alu * simd_issues
+        active += alu * lanes
+        for where, n in work.lines.items():
+            lines[where]["lane_ops"] += n * lanes
+    for branch, where in enumerate(table.branches):
+        if where is not None:
+            lines[where]["divergences"] += raw.divergences[branch]
+    return dict(ops), dict(simd), [barriers, issues, active]
+
+
+def _memory(raw: Profiled, places: dict[int, tuple[str, int]], lines: defaultdict
+            ) -> tuple[list[BufferTraffic], Counter]:
+    """Per buffer traffic, and the threadgroup-memory totals; per-line memory into `lines`."""
+    per_buffer: dict[int, Counter] = defaultdict(Counter)
+    shared = Counter()
+    for s in raw.sites:
+        where = places.get(int(s.pc))
+        if s.buffer == _THREADGROUP:
+            if s.kind == _ATOMIC:
+                shared["threadgroup_atomics"] += s.accesses
+                continue
+            shared["threadgroup_accesses"] += s.wavefronts
+            shared["bank_conflicts"] += s.conflicts
+            if where is not None:
+                lines[where]["threadgroup_accesses"] += s.wavefronts
+                lines[where]["bank_conflicts"] += s.conflicts
+            continue
+        b = per_buffer[s.buffer]
+        if s.kind == _ATOMIC:
+            b["atomics"] += s.accesses
+            continue
+        kind = "load" if s.kind == _LOAD else "store"
+        b[f"{kind}s"] += s.accesses
+        b[f"{kind}_bytes"] += s.bytes
+        b["transactions"] += s.lines
+        if where is not None:
+            lines[where]["device_bytes"] += s.bytes
+            lines[where]["transactions"] += s.lines
+    buffers = [BufferTraffic(name, distinct_lines=int(raw.distinct_lines[i]),
+                             **{k: int(v) for k, v in per_buffer[i].items()})
+               for i, name in enumerate(raw.names) if i in per_buffer]
+    return buffers, shared
+
+
+def counters(kernel: str, sources: Sources, library: Path, table: Table, raw: Profiled,
+             geometry: Geometry, threadgroup_memory: int) -> Counters:
+    """The `Counters` of one profiled dispatch."""
+    lines: defaultdict = defaultdict(Counter)
+    ops, simd, (barriers, issues, active) = _work(table, raw, lines)
+    offsets = tuple(sorted({int(s.pc) for s in raw.sites}))
+    buffers, shared = _memory(raw, _places(library, offsets, sources), lines)
+    return Counters(
+        kernel, threadgroups=math.prod(geometry.threadgroups),
+        threads_per_threadgroup=geometry.threads_per_threadgroup,
+        threadgroup_memory=threadgroup_memory,
+        registers=min(table.registers, MAX_REGISTERS), line_bytes=_line_bytes(),
+        buffers=tuple(buffers), threadgroup_barriers=int(barriers),
+        ops=LaneOps(**{k: int(v) for k, v in ops.items()}),
+        simd=SimdOps(**{k: int(v) for k, v in simd.items()}),
+        simd_issues=int(issues), active_lanes=int(active),
+        source_lines=_source_lines(lines), **{k: int(v) for k, v in shared.items()})
+
+
+def _source_lines(lines: defaultdict) -> tuple[SourceLine, ...]:
+    return tuple(SourceLine(line, file=file, **{k: int(v) for k, v in fields.items()})
+                 for (file, line), fields in sorted(lines.items()) if any(fields.values()))

@@ -1,0 +1,48 @@
+// The memory accesses of instrumented kernels: clang's -fsanitize-coverage=trace-loads,
+// trace-stores calls one of these before each load and store. Sanitized launches check
+// them (sanitizer.cpp); profiled ones count them (profiler.cpp).
+#include <stdint.h>
+
+#include "profiler.h"
+
+namespace mtw {
+
+// sanitizer.cpp: checks one access (it returns at once unless the launch is sanitized).
+void sanitizer_access(const void* p, uint32_t size, bool write, const void* pc);
+
+namespace {
+
+inline void on_access(const void* p, uint32_t size, bool write, const void* pc) {
+  if (profiler_armed()) {
+    // A thread's own stacks (its private arrays): neither mode looks at them.
+    if (in_fiber_stacks(reinterpret_cast<uintptr_t>(p))) return;
+    Worker* w = calling_worker();
+    if (w && w->in_kernel && profiling(w)) {
+      profiler_access(w, p, size, write, pc);
+      return;
+    }
+  }
+  sanitizer_access(p, size, write, pc);
+}
+
+}  // namespace
+}  // namespace mtw
+
+#define MTW_TRACE(bits, bytes)                                            \
+  extern "C" void __sanitizer_cov_load##bytes(uint##bits##_t* p) {        \
+    mtw::on_access(p, bytes, false, __builtin_return_address(0));         \
+  }                                                                       \
+  extern "C" void __sanitizer_cov_store##bytes(uint##bits##_t* p) {       \
+    mtw::on_access(p, bytes, true, __builtin_return_address(0));          \
+  }
+MTW_TRACE(8, 1)
+MTW_TRACE(16, 2)
+MTW_TRACE(32, 4)
+MTW_TRACE(64, 8)
+#undef MTW_TRACE
+extern "C" void __sanitizer_cov_load16(void* p) {
+  mtw::on_access(p, 16, false, __builtin_return_address(0));
+}
+extern "C" void __sanitizer_cov_store16(void* p) {
+  mtw::on_access(p, 16, true, __builtin_return_address(0));
+}

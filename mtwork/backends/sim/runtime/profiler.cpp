@@ -1,0 +1,387 @@
+// The profiler: counts what a profiled kernel does, as a GPU's SIMD-groups would run it.
+//
+// A kernel library built for profiling (backends/sim/instrument.py) calls
+// mtw_profile_block at the start of each block that does counted work and
+// mtw_profile_branch before each of its own conditional branches; its loads and stores
+// arrive through the sanitizer-coverage callbacks (access.cpp), its atomics and
+// simdgroup_matrix loads and stores through the shim's hooks (include/mtw_profile.h).
+//
+// A GPU runs the 32 lanes of a SIMD-group together; the emulator runs them one after
+// another. So a lane's k-th execution of a block, of a branch or of the access at one
+// code address is taken to be the same SIMD-group issue as the other lanes' k-th
+// executions of it. Per threadgroup, a worker keeps
+// - per thread and block, the executions: a block's issues in a SIMD-group are then the
+//   most executions of any of its lanes, and the lanes active in them the sum;
+// - a log of the accesses and branches in the order each thread made them. When the
+//   threadgroup is done the log is sorted by (code address, thread), so that each lane's
+//   k-th entry lines up with the others', and every SIMD-group issue is counted: the
+//   bytes and lines of device memory it touches, the threadgroup-memory wavefronts it
+//   needs, whether its lanes branched both ways.
+// A worker sees that its threadgroup is done when a hook of its next one arrives (or at
+// mtw_profile_collect), and adds the threadgroup's counts to its totals; collect sums the
+// workers'. Every count is a sum of per-threadgroup integers, or (distinct lines) a
+// union of sets, so the result does not depend on which worker ran which threadgroup or
+// in what order: the counts are the same on every run and on any number of cores.
+#include "profiler.h"
+
+#include <dlfcn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "tally.h"
+
+namespace mtw {
+
+mtw_entry_fn profiled_entry = nullptr;
+
+namespace {
+
+using namespace tally;
+
+template <typename T>
+T* carve(char*& at, size_t count) {
+  T* p = reinterpret_cast<T*>(at);
+  at += (count * sizeof(T) + 63) & ~size_t(63);
+  return p;
+}
+
+// Points the shard's arrays into `base` (null: only measures); returns the bytes needed.
+size_t layout(Shard& s, char* base) {
+  const mtw_profile& c = shared.config;
+  char* at = base;
+  s.executions = carve<uint32_t>(at, size_t(c.threads) * c.blocks);
+  s.ran = carve<uint64_t>(at, size_t(shared.simdgroups) * shared.words);
+  s.ran_list = carve<uint32_t>(at, size_t(shared.simdgroups) * c.blocks);
+  s.ran_count = carve<uint32_t>(at, shared.simdgroups);
+  s.group_most = carve<uint32_t>(at, c.blocks);
+  s.group_list = carve<uint32_t>(at, c.blocks);
+  s.log = carve<Event>(at, kLogCapacity);
+  s.order = carve<uint64_t>(at, kLogCapacity);
+  s.spare = carve<uint64_t>(at, kLogCapacity);
+  s.site_pc = carve<uint64_t>(at, kMaxSites);
+  s.site_branch = carve<uint32_t>(at, kMaxSites);
+  s.site_slot = carve<uint32_t>(at, kSiteSlots);
+  s.branch_site = carve<uint32_t>(at, c.branches);
+  s.lanes = carve<uint64_t>(at, c.blocks);
+  s.simd = carve<uint64_t>(at, c.blocks);
+  s.groups = carve<uint64_t>(at, c.blocks);
+  s.divergences = carve<uint64_t>(at, c.branches);
+  s.totals = carve<Total>(at, kTotalSlots);
+  return size_t(at - base);
+}
+
+// Sites are numbered densely as they are first seen, so the log sorts in few passes.
+uint32_t new_site(Shard& s, uint64_t pc, uint32_t branch) {
+  if (s.sites == kMaxSites) {
+    full("table of access sites");
+    return kNoSite;
+  }
+  s.site_pc[s.sites] = pc;
+  s.site_branch[s.sites] = branch;
+  return s.sites++;
+}
+
+uint32_t site_of(Shard& s, uint64_t pc) {
+  for (uint32_t i = 0, slot = hash(pc); i < kSiteSlots; ++i, ++slot) {
+    uint32_t& entry = s.site_slot[slot % kSiteSlots];
+    if (entry == 0) {
+      uint32_t site = new_site(s, pc, kNotBranch);
+      if (site != kNoSite) entry = site + 1;
+      return site;
+    }
+    if (s.site_pc[entry - 1] == pc) return entry - 1;
+  }
+  full("table of access sites");
+  return kNoSite;
+}
+
+uint32_t branch_site(Shard& s, uint32_t branch) {
+  uint32_t& entry = s.branch_site[branch];
+  if (entry == 0) {
+    uint32_t site = new_site(s, 0, branch);
+    if (site == kNoSite) return kNoSite;
+    entry = site + 1;
+  }
+  return entry - 1;
+}
+
+// Where an address lies: a buffer (its offset in it), threadgroup memory, or nowhere
+// counted (the thread's own stack, the runtime's memory, the kernel's constants).
+uint8_t locate(const Worker* w, uintptr_t a, uint64_t* offset) {
+  uintptr_t tg = reinterpret_cast<uintptr_t>(w->tg_memory);
+  if (a - tg < kTgMemoryCapacity) {
+    *offset = a - tg;
+    return kThreadgroupMemory;
+  }
+  const mtw_profile& c = shared.config;
+  for (uint32_t i = 0; i < c.nbuffers; ++i) {
+    const mtw_buffer_info& b = c.buffers[i];
+    if (b.kind != MTW_BUFFER_INTERNAL && a - b.base < b.size) {
+      *offset = a - b.base;
+      return uint8_t(i);
+    }
+  }
+  return kNowhere;
+}
+
+// The shard of `w`'s worker, counting the threadgroup `w` runs now.
+Shard* shard_of(Worker* w) {
+  if (w->index >= shared.nshards) {
+    full("set of workers");
+    return nullptr;
+  }
+  Shard& s = shared.shards[w->index];
+  const uint32_t* pos = w->group.group_pos;
+  if (!s.active || s.pos[0] != pos[0] || s.pos[1] != pos[1] || s.pos[2] != pos[2]) {
+    if (s.active) finish(s);
+    s.active = true;
+    memcpy(s.pos, pos, sizeof(s.pos));
+    s.nthreads = w->group.nthreads;
+  }
+  return &s;
+}
+
+void log_event(Shard& s, const Event& e) {
+  if (s.logged == kLogCapacity) {
+    full("log of one threadgroup (8M accesses and branches)");
+    return;
+  }
+  s.log[s.logged++] = e;
+}
+
+// The shard of the running thread's worker, or null when the launch is not profiled.
+// `on_fiber`: called from kernel code, which always runs on a fiber (not so the hooks of
+// SIMD-group plumbing, which the scheduler may run on the worker's own stack).
+Shard* counting(Worker** out, bool on_fiber) {
+  Worker* w = on_fiber ? current_fiber()->worker : calling_worker();
+  if (!w || !profiling(w)) return nullptr;
+  *out = w;
+  return shard_of(w);
+}
+
+void release() {
+  __atomic_store_n(&profiled_entry, nullptr, __ATOMIC_SEQ_CST);
+  for (uint32_t i = 0; i < shared.nshards; ++i)
+    if (shared.shards[i].memory) munmap(shared.shards[i].memory, shared.shards[i].bytes);
+  free(shared.shards);
+  shared.shards = nullptr;
+  shared.nshards = 0;
+  for (uint32_t b = 0; b < kMaxBuffers; ++b) {
+    free(shared.line_bits[b]);
+    shared.line_bits[b] = nullptr;
+  }
+}
+
+int by_key(const void* a, const void* b) {
+  const mtw_profile_site& x = *static_cast<const mtw_profile_site*>(a);
+  const mtw_profile_site& y = *static_cast<const mtw_profile_site*>(b);
+  if (x.pc != y.pc) return x.pc < y.pc ? -1 : 1;
+  if (x.buffer != y.buffer) return x.buffer < y.buffer ? -1 : 1;
+  return x.kind < y.kind ? -1 : x.kind > y.kind;
+}
+
+// Every shard's totals of (pc, buffer, kind), summed, into the armed profile's sites.
+uint32_t collect_sites() {
+  size_t used = 0;
+  for (uint32_t i = 0; i < shared.nshards; ++i)
+    for (uint32_t k = 0; k < kTotalSlots; ++k) used += shared.shards[i].totals[k].used;
+  mtw_profile_site* all =
+      static_cast<mtw_profile_site*>(malloc((used ? used : 1) * sizeof(mtw_profile_site)));
+  if (!all) {
+    full("memory for the results");
+    return 0;
+  }
+  size_t n = 0;
+  for (uint32_t i = 0; i < shared.nshards; ++i)
+    for (uint32_t k = 0; k < kTotalSlots; ++k)
+      if (shared.shards[i].totals[k].used) all[n++] = shared.shards[i].totals[k].counts;
+  qsort(all, n, sizeof(mtw_profile_site), by_key);
+  const mtw_profile& c = shared.config;
+  uint32_t out = 0;
+  for (size_t i = 0; i < n; ++i) {
+    bool same = out > 0 && by_key(&all[i], &all[out - 1]) == 0;
+    if (same) {
+      all[out - 1].accesses += all[i].accesses;
+      all[out - 1].bytes += all[i].bytes;
+      all[out - 1].lines += all[i].lines;
+      all[out - 1].wavefronts += all[i].wavefronts;
+      all[out - 1].conflicts += all[i].conflicts;
+    } else {
+      all[out++] = all[i];
+    }
+  }
+  for (uint32_t i = 0; i < out && i < c.max_sites; ++i) {
+    c.sites[i] = all[i];
+    c.sites[i].pc = all[i].pc - shared.image_base;
+  }
+  free(all);
+  return out;
+}
+
+}  // namespace
+
+void profiler_access(Worker* w, const void* p, uint32_t size, bool write, const void* pc) {
+  if (w->atomic_depth) return;  // part of an atomic, counted as one
+  Shard* s = shard_of(w);
+  uint64_t offset;
+  uint8_t where = s ? locate(w, reinterpret_cast<uintptr_t>(p), &offset) : kNowhere;
+  if (where == kNowhere) return;
+  Event e{offset, 0, uint16_t(w->group.current), uint8_t(size),
+          uint8_t(where | (write ? kStore : 0))};
+  if (s->gathering) {
+    if (s->gathered_count < kGathered) s->gathered[s->gathered_count++] = e;
+    else full("record of one simdgroup_matrix access");
+    return;
+  }
+  e.site = site_of(*s, reinterpret_cast<uint64_t>(pc));
+  if (e.site != kNoSite) log_event(*s, e);
+}
+
+}  // namespace mtw
+
+using namespace mtw;
+
+extern "C" void mtw_profile_block(uint32_t block) {
+  Worker* w;
+  Shard* s = counting(&w, true);
+  if (!s || block >= shared.config.blocks) return;
+  const uint32_t blocks = shared.config.blocks, t = w->group.current;
+  const uint32_t sg = t / MTW_SIMD_WIDTH;
+  if (s->executions[size_t(t) * blocks + block]++ != 0) return;
+  uint64_t& bits = s->ran[size_t(sg) * shared.words + block / 64];
+  if (bits & (uint64_t(1) << (block % 64))) return;
+  bits |= uint64_t(1) << (block % 64);
+  s->ran_list[size_t(sg) * blocks + s->ran_count[sg]++] = block;
+}
+
+extern "C" void mtw_profile_branch(uint32_t branch, uint32_t way) {
+  Worker* w;
+  Shard* s = counting(&w, true);
+  if (!s || branch >= shared.config.branches) return;
+  uint32_t site = branch_site(*s, branch);
+  if (site != kNoSite) log_event(*s, Event{way, site, uint16_t(w->group.current), 0, 0});
+}
+
+extern "C" void mtw_profile_atomic(const volatile void* object, int inside) {
+  Worker* w;
+  Shard* s = counting(&w, false);
+  if (!s) return;
+  if (!inside) {
+    if (w->atomic_depth > 0) w->atomic_depth -= 1;
+    return;
+  }
+  w->atomic_depth += 1;
+  uint64_t offset;
+  uint8_t where = locate(w, reinterpret_cast<uintptr_t>(object), &offset);
+  if (where == kNowhere) return;
+  int32_t buffer = where == kThreadgroupMemory ? MTW_PROFILE_THREADGROUP : int32_t(where);
+  Total* t = total(*s, reinterpret_cast<uint64_t>(__builtin_return_address(0)), buffer,
+                   MTW_ACCESS_ATOMIC);
+  if (t) t->counts.accesses += 1;
+}
+
+extern "C" void mtw_profile_group_access(const void* const* ins, uint32_t mask, int inside) {
+  Worker* w;
+  Shard* s = mask ? counting(&w, false) : nullptr;
+  if (!s) return;
+  if (!inside) {
+    if (s->gathering && s->gathered_count)
+      count_access(*s, s->gather_pc, s->gathered, s->gathered_count);
+    s->gathering = false;
+    return;
+  }
+  // The access belongs to the call site of the first active lane's collective.
+  uint32_t lane = __builtin_ctz(mask), simdgroups = (w->group.nthreads + 31) / 32;
+  s->gather_pc = 0;
+  for (uint32_t sg = 0; sg < simdgroups; ++sg) {
+    if (w->simd[sg].in[lane] == ins[lane]) {
+      s->gather_pc = reinterpret_cast<uint64_t>(w->waits[sg * MTW_SIMD_WIDTH + lane].site);
+      break;
+    }
+  }
+  s->gathering = true;
+  s->gathered_count = 0;
+}
+
+extern "C" void mtw_profile_disarm(void) { release(); }
+
+extern "C" const char* mtw_profile_message(void) { return shared.message; }
+
+extern "C" int mtw_profile_arm(const mtw_profile* profile) {
+  release();
+  shared.config = *profile;
+  shared.overflow = 0;
+  shared.message[0] = 0;
+  const mtw_profile& c = shared.config;
+  if (c.nbuffers > kMaxBuffers || c.threads == 0 || c.threads > MTW_MAX_THREADS ||
+      c.line_bytes == 0) {
+    snprintf(shared.message, sizeof(shared.message), "the profiler takes at most %u buffers and "
+             "%u threads per threadgroup", kMaxBuffers, MTW_MAX_THREADS);
+    return 1;
+  }
+  Dl_info info;
+  shared.image_base = dladdr(reinterpret_cast<void*>(c.entry), &info) && info.dli_fbase
+                         ? reinterpret_cast<uintptr_t>(info.dli_fbase) : 0;
+  shared.simdgroups = (c.threads + MTW_SIMD_WIDTH - 1) / MTW_SIMD_WIDTH;
+  shared.words = (c.blocks + 63) / 64;
+  long cores = sysconf(_SC_NPROCESSORS_ONLN);
+  shared.nshards = pool_size ? uint32_t(pool_size) : cores > 0 ? uint32_t(cores) : 1;
+  shared.shards = static_cast<Shard*>(calloc(shared.nshards, sizeof(Shard)));
+  bool ok = shared.shards != nullptr;
+  for (uint32_t i = 0; ok && i < shared.nshards; ++i) {
+    Shard& s = shared.shards[i];
+    s.bytes = layout(s, nullptr);
+    s.memory = mmap(nullptr, s.bytes, PROT_READ | PROT_WRITE,
+                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (s.memory == MAP_FAILED) {
+      s.memory = nullptr;
+      ok = false;
+    } else {
+      layout(s, static_cast<char*>(s.memory));
+    }
+  }
+  for (uint32_t b = 0; ok && b < c.nbuffers; ++b) {
+    uint64_t words = (c.buffers[b].size / c.line_bytes + 2 + 63) / 64;
+    shared.line_bits[b] = static_cast<uint64_t*>(calloc(words, sizeof(uint64_t)));
+    ok = shared.line_bits[b] != nullptr;
+  }
+  if (!ok) {
+    release();
+    snprintf(shared.message, sizeof(shared.message), "no memory for the profiler's tables");
+    return 2;
+  }
+  __atomic_store_n(&profiled_entry, c.entry, __ATOMIC_SEQ_CST);
+  return 0;
+}
+
+extern "C" uint32_t mtw_profile_collect(void) {
+  if (!profiler_armed()) return 0;
+  const mtw_profile& c = shared.config;
+  for (uint32_t i = 0; i < shared.nshards; ++i)
+    if (shared.shards[i].active) finish(shared.shards[i]);
+  memset(c.block_lanes, 0, c.blocks * sizeof(uint64_t));
+  memset(c.block_simd, 0, c.blocks * sizeof(uint64_t));
+  memset(c.block_groups, 0, c.blocks * sizeof(uint64_t));
+  memset(c.divergences, 0, c.branches * sizeof(uint64_t));
+  for (uint32_t i = 0; i < shared.nshards; ++i) {
+    const Shard& s = shared.shards[i];
+    for (uint32_t b = 0; b < c.blocks; ++b) {
+      c.block_lanes[b] += s.lanes[b];
+      c.block_simd[b] += s.simd[b];
+      c.block_groups[b] += s.groups[b];
+    }
+    for (uint32_t b = 0; b < c.branches; ++b) c.divergences[b] += s.divergences[b];
+  }
+  for (uint32_t b = 0; b < c.nbuffers; ++b) {
+    uint64_t words = (c.buffers[b].size / c.line_bytes + 2 + 63) / 64, lines = 0;
+    for (uint64_t k = 0; k < words; ++k) lines += __builtin_popcountll(shared.line_bits[b][k]);
+    c.distinct_lines[b] = lines;
+  }
+  uint32_t sites = collect_sites();
+  bool complete = !shared.overflow;
+  release();
+  return complete ? sites : 0xFFFFFFFFu;
+}
