@@ -1,6 +1,7 @@
 """The emulator's two engines against PoCL and numpy: vs_pocl.py's workloads, each run as
-MSL on sim's fiber engine ($MTWORK_SIM_ENGINE=fibers) and on its fast engine (auto), as
-OpenCL C on PoCL and as numpy, in interleaved rounds whose starting side rotates.
+MSL on sim's fiber engine ($MTWORK_SIM_ENGINE=fibers) and on its fast engine (`fast`: its
+library built at the first call), as OpenCL C on PoCL and as numpy, in interleaved rounds
+whose starting side rotates.
 
 Every round checks the sim and PoCL outputs against a float64 reference. Printed: median
 times, then per-round ratios (median [min, max]): fibers/fast (the fast engine's
@@ -38,7 +39,7 @@ def on_engine(mode: str, side: Callable[[], Any]) -> Callable[[], Any]:
 
 
 def measure(workload: workloads.Workload, rounds: int) -> dict[str, list[float]]:
-    sides = {"fibers": on_engine("fibers", workload.sim), "fast": on_engine("auto", workload.sim),
+    sides = {"fibers": on_engine("fibers", workload.sim), "fast": on_engine("fast", workload.sim),
              "numpy": workload.numpy}
     if workload.pocl is not None:
         sides["pocl"] = workload.pocl

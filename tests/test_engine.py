@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 import mtwork
+from mtwork.backends.sim import engine as sim_engine
 from mtwork.backends.sim.engine import EngineMismatch
 from mtwork.errors import KernelFault, ThreadgroupMemoryError
 
@@ -67,7 +68,7 @@ def test_a_kernel_with_barriers_runs_on_the_fast_engine(engine) -> None:
     reference = call(kernel, x, 64)
     assert kernel.last_engine.name == "fibers"
     assert kernel.last_engine.reason == "$MTWORK_SIM_ENGINE=fibers"
-    engine("auto")
+    engine("fast")
     fast = call(kernel, x, 64)
     assert kernel.last_engine.name == "fast" and kernel.last_engine.reason is None
     assert fast.tobytes() == reference.tobytes()
@@ -116,7 +117,7 @@ EARLY_RETURN = """
 def test_threads_that_return_before_a_barrier_send_the_kernel_to_fibers(engine) -> None:
     # Threads past the end return before the barrier; on Apple GPUs the others still go
     # through it (the fiber engine follows), which the fast engine does not model.
-    engine("auto")
+    engine("fast")
     kernel = mtwork.metal_kernel("engine_early_return", ["inp", "n"], ["out"], EARLY_RETURN)
     x = RNG.standard_normal(512).astype(np.float32)
 
@@ -140,7 +141,7 @@ def test_threads_that_return_before_a_barrier_send_the_kernel_to_fibers(engine) 
 
 
 def test_a_fault_is_reported_by_the_fiber_engine(engine) -> None:
-    engine("auto")
+    engine("fast")
     kernel = mtwork.metal_kernel("engine_fault", ["inp"], ["out"], """
         threadgroup float tile[64];
         uint t = thread_position_in_threadgroup.x;
@@ -155,7 +156,7 @@ def test_a_fault_is_reported_by_the_fiber_engine(engine) -> None:
 
 
 def test_threadgroup_memory_over_budget_is_reported_as_on_fibers(engine) -> None:
-    engine("auto")
+    engine("fast")
     kernel = mtwork.metal_kernel("engine_big_tile", ["inp"], ["out"], """
         threadgroup float tile[9000];
         tile[thread_position_in_threadgroup.x] = inp[thread_position_in_grid.x];
@@ -169,7 +170,7 @@ def test_threadgroup_memory_over_budget_is_reported_as_on_fibers(engine) -> None
 def test_a_kernel_the_pass_cannot_take_says_why(engine) -> None:
     # A computed goto (a GNU extension clang accepts) keeps clang from inlining the kernel
     # into the per-thread entry, so the pass cannot see where its barriers are.
-    engine("auto")
+    engine("fast")
     kernel = mtwork.metal_kernel("engine_computed_goto", ["inp"], ["out"], """
         threadgroup float tile[32];
         uint t = thread_position_in_threadgroup.x;
@@ -192,16 +193,37 @@ def test_a_kernel_the_pass_cannot_take_says_why(engine) -> None:
     np.testing.assert_array_equal(out, np.where(np.arange(32) % 2, x * 2, x)[::-1])
 
 
-def test_the_sanitizer_runs_on_fibers(engine) -> None:
-    engine("auto")
+def test_the_sanitizer_and_the_profiler_run_on_fibers(engine) -> None:
+    engine("fast")
     kernel = mtwork.metal_kernel("engine_sanitized", ["inp"], ["out"], TREE_SUM)
     call(kernel, np.ones(256, np.float32), 1, sanitize="report")
     assert kernel.last_engine.name == "fibers"
     assert "sanitizer" in kernel.last_engine.reason
+    out = call(kernel, np.ones(256, np.float32), 1, profile=True)
+    assert kernel.last_engine.name == "fibers"
+    assert kernel.last_engine.reason == "the profiler counts kernels on the fiber engine"
+    assert out[0] == 256
+
+
+def test_auto_builds_the_fast_library_once_fibers_took_as_long_as_a_build(
+        engine, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Small dispatches (tests') never pay for the fast engine's build; a kernel whose
+    calls have taken BUILD_AFTER_SECONDS on fibers gets it."""
+    engine("auto")
+    x = RNG.standard_normal(4 * 256).astype(np.float32)
+    kernel = mtwork.metal_kernel("engine_lazy", ["inp"], ["out"],
+                                 TREE_SUM.replace("partial", "lazy"))
+    reference = call(kernel, x, 4)
+    assert kernel.last_engine.name == "fibers"
+    assert "once its calls have taken 1 s on fibers" in kernel.last_engine.reason
+    monkeypatch.setattr(sim_engine, "BUILD_AFTER_SECONDS", 0.0)
+    fast = call(kernel, x, 4)
+    assert kernel.last_engine.name == "fast"
+    assert fast.tobytes() == reference.tobytes()
 
 
 def test_a_kernel_that_never_blocks_runs_as_plain_loops(engine) -> None:
-    engine("auto")
+    engine("fast")
     kernel = mtwork.metal_kernel("engine_twice", ["inp"], ["out"],
                                  "uint i = thread_position_in_grid.x; out[i] = 2.0f * inp[i];")
     out = call(kernel, np.arange(64, dtype=np.float32), 64, threads=32)
@@ -212,6 +234,6 @@ def test_a_kernel_that_never_blocks_runs_as_plain_loops(engine) -> None:
 def test_an_unknown_engine_is_refused_by_name(engine) -> None:
     engine("turbo")
     kernel = mtwork.metal_kernel("engine_refused_mode", ["inp"], ["out"], TREE_SUM)
-    with pytest.raises(ValueError, match=r"MTWORK_SIM_ENGINE must be one of auto, fibers, "
-                                         r"compare, got 'turbo'"):
+    with pytest.raises(ValueError, match=r"MTWORK_SIM_ENGINE must be one of auto, fast, "
+                                         r"fibers, compare, got 'turbo'"):
         call(kernel, np.ones(256, np.float32), 1)

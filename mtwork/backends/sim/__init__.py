@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import re
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -239,12 +240,18 @@ class SimBackend:
 
     def _run(self, program: Program, library: runtime.KernelLibrary, memory: Memory,
              call: Dispatch, barrier_free: bool, sanitizing: runtime.Sanitizing | None) -> int:
+        """Runs the dispatch on `library`; time on the fiber engine (not barrier-free, not
+        sanitized) counts toward building the kernel's fast library."""
         geometry = call.geometry
         clamped = tuple(min(t, g) for t, g in zip(geometry.threadgroup, geometry.grid))
-        return runtime.dispatch(
+        start = time.perf_counter()
+        used = runtime.dispatch(
             library, program.label, memory.table, geometry.grid, clamped,
             tg_static_bytes=memory.threadgroup_bytes, timeout=call.options.timeout,
             barrier_free=barrier_free, sanitizing=sanitizing)
+        if not barrier_free and sanitizing is None:
+            self._engines.ran_on_fibers(library.path, time.perf_counter() - start)
+        return used
 
     def _raise_with_report(self, program: Program, compiled: _Compiled,
                            sanitizing: runtime.Sanitizing, memory: Memory,

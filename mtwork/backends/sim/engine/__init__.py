@@ -4,11 +4,13 @@ region (the code between two barriers) at a time, instead of one fiber per threa
 `Engines` decides, per dispatch, which engine runs a kernel: the fast one where it has a
 library for it and the kernel has not shown it needs fibers, else the fiber engine (the
 reference, and the sanitizer's). It says which ran and, when it was not the fast one,
-why (`Engine`). $MTWORK_SIM_ENGINE picks the policy: `auto` (the default), `fibers`
-(always the reference), or `compare` (both, where the fast one can run, with their
-written bytes required to be equal: the differential test runs the conformance suite
-this way). $MTWORK_ENGINE_LOG names a file to which each dispatch appends one JSON line:
-the kernel, the engine that ran it and why.
+why (`Engine`). $MTWORK_SIM_ENGINE picks the policy: `auto` (the default: a kernel's fast
+library is built once its calls have taken `BUILD_AFTER_SECONDS` on fibers, about what
+the build costs, so small dispatches such as tests' never pay for it), `fast` (built at
+the first call), `fibers` (always the reference), or `compare` (both at the first call,
+where the fast one can run, with their written bytes required to be equal: the
+differential test runs the conformance suite this way). $MTWORK_ENGINE_LOG names a file
+to which each dispatch appends one JSON line: the kernel, the engine that ran it and why.
 """
 
 from __future__ import annotations
@@ -29,7 +31,10 @@ from .build import Built, build
 
 __all__ = ["MODES", "EngineMismatch", "Engines", "FastLibrary", "check_same", "engine_mode"]
 
-MODES = ("auto", "fibers", "compare")
+MODES = ("auto", "fast", "fibers", "compare")
+# Seconds of a kernel's calls on fibers after which `auto` builds its fast library: a
+# build takes about this long (three clang steps, bench/compile_latency.py).
+BUILD_AFTER_SECONDS = 1.0
 FAST, FIBERS, LOOPS = "fast", "fibers", "loops"
 
 
@@ -53,7 +58,7 @@ class EngineMismatch(AssertionError):
 
 
 def engine_mode() -> str:
-    """$MTWORK_SIM_ENGINE: auto (default), fibers or compare."""
+    """$MTWORK_SIM_ENGINE: auto (default), fast, fibers or compare."""
     mode = os.environ.get("MTWORK_SIM_ENGINE", "auto").strip().lower() or "auto"
     if mode not in MODES:
         raise ValueError(f"MTWORK_SIM_ENGINE must be one of {', '.join(MODES)}, got {mode!r}")
@@ -66,18 +71,25 @@ class Engines:
     def __init__(self) -> None:
         self._built: dict[Path, Built] = {}  # by the fiber library's path
         self._needs_fibers: dict[Path, str] = {}
+        self._fiber_seconds: dict[Path, float] = {}  # time each kernel spent on fibers
         self._lock = threading.Lock()
 
     def library(self, program: Program, fibers: Path) -> tuple[FastLibrary | None, str]:
         """The fast library for `program` (whose fiber library is `fibers`), or None and
         the reason why the fiber engine runs it."""
-        if engine_mode() == "fibers":
+        mode = engine_mode()
+        if mode == "fibers":
             return None, "$MTWORK_SIM_ENGINE=fibers"
         with self._lock:
             reason = self._needs_fibers.get(fibers)
             built = self._built.get(fibers)
+            spent = self._fiber_seconds.get(fibers, 0.0)
         if reason is not None:
             return None, reason
+        if built is None and mode == "auto" and spent < BUILD_AFTER_SECONDS:
+            return None, (f"the fast engine is built for a kernel once its calls have taken "
+                          f"{BUILD_AFTER_SECONDS:g} s on fibers ($MTWORK_SIM_ENGINE=fast "
+                          "builds it at the first call)")
         if built is None:
             built = build(program)
             with self._lock:
@@ -85,6 +97,11 @@ class Engines:
         if built.path is None:
             return None, f"the fast engine cannot run this kernel: {built.refused}"
         return FastLibrary.load(built.path), ""
+
+    def ran_on_fibers(self, fibers: Path, seconds: float) -> None:
+        """Counts the time a call of the kernel of `fibers` took on the fiber engine."""
+        with self._lock:
+            self._fiber_seconds[fibers] = self._fiber_seconds.get(fibers, 0.0) + seconds
 
     def needs_fibers(self, fibers: Path, reason: str) -> str:
         """Remembers that the kernel of `fibers` must run on fibers; returns the reason as
