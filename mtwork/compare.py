@@ -11,6 +11,9 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from .display import TimeUnit, html_table, text_table
+from .gpu.chips import Chip
+from .gpu.model import Estimate
+from .modelled import GpuChoice, chip_for, estimate_of, model_label, model_ratio
 from .oracle import DiffReport, diff
 from .timing import (
     DEFAULT_CV_THRESHOLD,
@@ -66,6 +69,45 @@ class Comparison:
     cv_threshold: float = DEFAULT_CV_THRESHOLD
     check: str | None = None
     agreement: dict[str, list[DiffReport]] = field(default_factory=dict)
+    chip: Chip | None = None  # the chip the variants are modelled on (None: not modelled)
+    estimates: dict[str, Estimate | None] = field(default_factory=dict)
+    model_notes: dict[str, str] = field(default_factory=dict)  # why a variant has none
+
+    @property
+    def modelled(self) -> bool:
+        """Whether every variant has a modelled time (each a `Launch`)."""
+        return self.chip is not None and all(self.estimates.get(n) for n in self.names)
+
+    @property
+    def ranked_by(self) -> str:
+        """"modelled" on sim when every variant is modelled, else "measured"."""
+        return "modelled" if self.modelled and self.clock.backend != "metal" else "measured"
+
+    def ranked(self) -> list[str]:
+        """The variants, fastest first: by modelled time on sim (the emulator's clock
+        says nothing about GPU speed), by measured median time on metal."""
+        if self.ranked_by == "modelled":
+            modelled = {n: e.seconds for n, e in self.estimates.items() if e is not None}
+            return sorted(self.names, key=modelled.__getitem__)
+        medians = {n: m.median for n, m in self.measurements.items()}
+        return sorted(self.names, key=medians.__getitem__)
+
+    @property
+    def modelled_speedups(self) -> dict[str, float]:
+        """Baseline modelled time / variant modelled time, for the variants modelled."""
+        base = self.estimates.get(self.baseline)
+        return {n: base.seconds / e.seconds for n, e in self.estimates.items()
+                if base is not None and e is not None and e.seconds > 0}
+
+    @property
+    def model_errors(self) -> dict[str, float]:
+        """Measured median / modelled time per variant: the model's error on a GPU clock."""
+        out = {}
+        for name, m in self.measurements.items():
+            ratio = model_ratio(m.median, self.estimates.get(name))
+            if ratio is not None:
+                out[name] = ratio
+        return out
 
     @property
     def rounds(self) -> int:
@@ -106,18 +148,58 @@ class Comparison:
         ]
         if self.check:
             lines.append(f"outputs checked against {self.baseline} ({self.check})")
+        if self.chip is not None:
+            lines.append(self._model_line())
         return lines
+
+    def _model_line(self) -> str:
+        assert self.chip is not None
+        order = ", ".join(self.ranked())
+        if self.ranked_by == "modelled":
+            return f"ranked by {model_label(self.chip)}: {order}"
+        if self.clock.backend == "metal":
+            return (f"ranked by {self.clock.label}: {order}; beside it the "
+                    f"{model_label(self.chip)}, and its error as measured / modelled")
+        missing = "; ".join(f"{n}: {why}" for n, why in self.model_notes.items())
+        return f"ranked by {self.clock.label}: {order} ({missing})"
+
+    def _model_header(self) -> list[str]:
+        if self.chip is None:
+            return []
+        last = ("measured / modelled" if self.clock.backend == "metal"
+                else f"modelled speed-up vs {self.baseline}")
+        return [f"modelled ({self.chip.name})", "bound", last]
+
+    def _model_cells(self, name: str) -> list[str]:
+        if self.chip is None:
+            return []
+        e = self.estimates.get(name)
+        if e is None:
+            return ["—", "—", "—"]
+        if self.clock.backend == "metal":
+            ratio = self.model_errors.get(name)
+            last = "—" if ratio is None else f"{ratio:.3g}×"
+        else:
+            speedup = self.modelled_speedups.get(name)
+            last = ("baseline" if name == self.baseline
+                    else "—" if speedup is None else f"{speedup:.3g}×")
+        return [TimeUnit.for_seconds(e.seconds).format(e.seconds), e.bound, last]
 
     def _rows(self) -> tuple[list[str], list[tuple[list[str], bool]]]:
         unit = TimeUnit.for_seconds(self.measurements[self.baseline].median)
-        header = ["variant", "median", "min", "p95", "mean", "CV", f"speed-up vs {self.baseline}"]
+        clock = "GPU" if self.clock.backend == "metal" else "emulator CPU"
+        header = ["variant", f"{clock} median", "min", "p95", "mean", "CV",
+                  f"speed-up vs {self.baseline}", *self._model_header()]
         if self.check:
             header.append(f"matches {self.baseline}")
         rows = []
         speedups = self.speedups
-        for name, m in self.measurements.items():
+        measurements = self.measurements
+        for name in self.ranked():
+            m = measurements[name]
             cells = [name, *stat_cells(m, unit)]
             cells.append("baseline" if name == self.baseline else str(speedups[name]))
+            cells += self._model_cells(name)
             if self.check:
                 cells.append("—" if name == self.baseline else yes_no(self.agrees(name)))
             rows.append((cells, m.unstable))
@@ -150,6 +232,7 @@ def compare(
     cv_threshold: float = DEFAULT_CV_THRESHOLD,
     setup: Callable[[], Any] | None = None,
     timer: Timer = time.perf_counter,
+    gpu: GpuChoice = None,
 ) -> Comparison:
     """Time several variants in interleaved rounds and report paired speed-ups.
 
@@ -158,6 +241,12 @@ def compare(
     variant. `check="bitwise"` (or "close", the dtype's tolerance band) also diffs every
     variant's outputs against the baseline's, as in a bitwise A/B of two kernel layouts.
     Calls wait for their outputs, and `setup` runs before each, as in `bench`.
+
+    Variants that are `Launch`es (or `LibraryLaunch`es) also run once with the profiler
+    and are modelled on `gpu` (a chip name or `mtwork.gpu` chip; None: `MTWORK_GPU`,
+    else the default chip; False: no model). On sim the table ranks them by modelled
+    time, the emulator's CPU time beside it; on metal by measured GPU time, with the
+    model's error (measured / modelled) beside it.
     """
     names = tuple(variants)
     if len(names) < 2:
@@ -192,6 +281,8 @@ def compare(
         orders.append(order)
         for name in order:
             times[name].append(calls[name]()[0])
+    chip = chip_for(gpu)
+    estimates, notes = _modelled(variants, chip)
     return Comparison(
         clock=clock,
         baseline=baseline,
@@ -202,7 +293,23 @@ def compare(
         cv_threshold=cv_threshold,
         check=check,
         agreement=agreement,
+        chip=chip,
+        estimates=estimates,
+        model_notes=notes,
     )
+
+
+def _modelled(variants: Mapping[str, Callable[[], Any]], chip: Chip | None
+              ) -> tuple[dict[str, Estimate | None], dict[str, str]]:
+    """Each variant profiled once and modelled on `chip`, and why one is not."""
+    estimates: dict[str, Estimate | None] = {}
+    notes: dict[str, str] = {}
+    if chip is not None:
+        for name, variant in variants.items():
+            _, estimates[name], note = estimate_of(variant, (), chip)
+            if note:
+                notes[name] = note
+    return estimates, notes
 
 
 def _ratio(base: float, variant: float) -> float:

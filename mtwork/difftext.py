@@ -4,15 +4,53 @@ renderings, and values printed in their own dtype's precision."""
 from __future__ import annotations
 
 import html
-from typing import TYPE_CHECKING
+from collections.abc import Sequence
+from typing import Protocol
 
 import numpy as np
 
 from .display import number_text
 from .floats import COMPLEX_PART
 
-if TYPE_CHECKING:
-    from .oracle import DiffReport, Mismatch, Scalar
+Scalar = bool | int | float | complex
+
+
+class Mismatch(Protocol):
+    """What is shown of one mismatching element (`oracle.Mismatch`)."""
+
+    index: tuple[int, ...]
+    actual: Scalar
+    expected: Scalar
+
+
+class DiffReport(Protocol):
+    """What is shown of a comparison (`oracle.DiffReport`; a protocol, so that the
+    comparison may use this module without this module using it)."""
+
+    ok: bool
+    name: str | None
+    dtype: str
+    actual_dtype: str
+    expected_dtype: str
+    shape: tuple[int, ...]
+    band: str
+    size: int
+    n_mismatch: int
+    max_abs_err: float | None
+    max_rel_err: float | None
+    max_ulp: int | None
+    mean_ulp: float | None
+    cosine: float | None
+    nan_actual: int
+    nan_expected: int
+    inf_actual: int
+    inf_expected: int
+
+    @property
+    def mismatches(self) -> Sequence[Mismatch]: ...
+
+    @property
+    def mismatch_fraction(self) -> float: ...
 
 __all__ = ["headline", "report_html", "report_text"]
 

@@ -29,7 +29,7 @@ import mlx.core as mx
 import numpy as np
 
 from .diffplot import Elements, combined_figure, heatmap_figure, histogram_figure
-from .difftext import headline, report_html, report_text
+from .difftext import Scalar, headline, report_html, report_text
 from .floats import (
     band,
     comparison_dtype,
@@ -48,7 +48,6 @@ if TYPE_CHECKING:
     import plotly.graph_objects as go
 
 ArrayLike = Any  # mx.array, np.ndarray, Python scalar or nested list
-Scalar = bool | int | float | complex
 
 _FLOAT_FIELDS = ("atol", "rtol", "max_abs_err", "max_rel_err", "mean_ulp", "cosine")
 

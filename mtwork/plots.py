@@ -1,8 +1,11 @@
 """Plotly figures for sweeps and comparisons.
 
 Every figure names its clock in the title and on the time axis, so emulator CPU time is
-never read as GPU speed. `setup_offline()` makes figures survive HTML export without a
-network (call it once near the top of a notebook).
+never read as GPU speed; figures of the modelled time (a sweep's default objective on sim)
+name the chip and say it is a model, and hover shows each setting's bound.
+`model_roofline` and `bounds` place a sweep's settings on the model (`mtwork.gpu.figures`).
+`setup_offline()` makes figures survive HTML export without a network (call it once near
+the top of a notebook).
 """
 
 from __future__ import annotations
@@ -17,11 +20,17 @@ import numpy as np
 from .compare import Comparison
 from .display import TimeUnit, number_text, value_text
 from .errors import SweepError
-from .sweep.results import TIME_OBJECTIVES, Record, SweepResult
+from .gpu.figures import bounds_figure as bounds
+from .gpu.figures import sweep_roofline as model_roofline
+from .modelled import MODELLED, model_label
+from .sweep.results import TIME_OBJECTIVES, Record, SweepResult, is_time
 from .sweep.space import Config, as_formula
 
 if TYPE_CHECKING:
     import plotly.graph_objects as go
+
+__all__ = ["bounds", "heatmap", "lines", "model_roofline", "roofline", "setup_offline",
+           "speedup_bars"]
 
 OFFLINE_RENDERER = "plotly_mimetype+notebook"
 _FAILED_COLOUR = "#cf222e"
@@ -109,7 +118,7 @@ def heatmap(
     note = f"each cell: best over {', '.join(others)}" if others else ""
     fig = go.Figure(traces)
     fig.update_layout(
-        title=_title(f"{label} over {x} × {y}", result.clock.label, note),
+        title=_title(f"{label} over {x} × {y}", _clock_text(result, objective), note),
         xaxis={"title": {"text": x}, "type": "category"},
         yaxis={"title": {"text": y}, "type": "category"},
         legend=_LEGEND,
@@ -182,7 +191,7 @@ def lines(
     if others:
         notes.append(f"each point: best over {', '.join(others)}")
     fig.update_layout(
-        title=_title(f"{label} against {x}", result.clock.label, "; ".join(notes)),
+        title=_title(f"{label} against {x}", _clock_text(result, objective), "; ".join(notes)),
         xaxis={"title": {"text": x}, **({} if numeric else {"type": "category"})},
         yaxis={"title": {"text": label}, "rangemode": "tozero"},
         legend=_LEGEND,
@@ -342,17 +351,26 @@ def _best(records: Sequence[Record], objective: str, maximize: bool) -> Record |
 
 def _scale(result: SweepResult, objective: str) -> TimeUnit:
     """Times in a readable unit; metrics as they are."""
-    if objective not in TIME_OBJECTIVES:
+    if not is_time(objective):
         return TimeUnit("", 1.0)
     values = [r.value(objective) for r in result.ok if r.value(objective) is not None]
     return TimeUnit.for_seconds(min(values)) if values else TimeUnit("s", 1.0)
 
 
 def _objective_label(result: SweepResult, objective: str, scale: TimeUnit) -> str:
+    if objective == MODELLED:
+        return f"modelled time ({scale.name})"
     if objective in TIME_OBJECTIVES:
         stat = TIME_OBJECTIVES[objective]
         return f"{stat} time ({scale.name})"
     return objective
+
+
+def _clock_text(result: SweepResult, objective: str) -> str:
+    """What the plotted values are: the model on its chip, or the sweep's clock."""
+    if objective == MODELLED and result.chip is not None:
+        return f"{model_label(result.chip)}; measured: {result.clock.label}"
+    return result.clock.label
 
 
 def _short_label(objective: str, scale: TimeUnit) -> str:
@@ -365,6 +383,11 @@ def _hover(r: Record, objective: str, scale: TimeUnit) -> str:
     text = f"{html.escape(str(r.config))}<br>{objective}: {shown}"
     if r.measurement is not None and r.measurement.unstable:
         text += f"<br>unstable (CV {r.measurement.cv:.1%})"
+    if r.estimate is not None:
+        e = r.estimate
+        text += f"<br>{html.escape(e.bound)}-bound ({html.escape(e.limiting_term)})"
+        if objective != MODELLED:
+            text += f"<br>modelled {TimeUnit.for_seconds(e.seconds).format(e.seconds)}"
     return text
 
 

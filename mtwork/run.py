@@ -27,8 +27,12 @@ from .errors import (
     SweepError,
     UnknownParameterError,
 )
+from .gpu.chips import Chip
+from .gpu.counters import Counters
+from .gpu.model import Estimate
 from .kernel import Launch
 from .library_kernel import LibraryLaunch
+from .modelled import estimate_of
 from .oracle import DiffReport, diff
 from .sanitizer import SanitizerReport
 from .timing import Measurement, bench, output_arrays, wait_for
@@ -53,6 +57,9 @@ class Outcome:
     message: str | None = None
     checked: bool = False
     sanitizer: SanitizerReport | None = None  # when the runner sanitizes
+    counters: Counters | None = None  # of one profiled run, when the runner models
+    estimate: Estimate | None = None  # the modelled time on the runner's chip
+    model_note: str | None = None  # why there is no estimate
 
     @property
     def ok(self) -> bool:
@@ -120,12 +127,14 @@ class Runner:
     `backend`'s clock (0 rounds: not timed). `names` label the outputs in the diffs.
     `sanitize` (a mode of `kernel(sanitize=...)`, e.g. "report") runs the first call under
     the sanitizer and keeps its report on the outcome; sanitized runs are not timed.
-    `on_phase(name)` hears "running", "checking" and "timing" as they start."""
+    With a `chip`, a passing kernel runs once more with the profiler and the outcome
+    keeps its counters and modelled time on that chip (see `mtwork.modelled`).
+    `on_phase(name)` hears "running", "checking", "timing" and "modelling" as they start."""
 
     def __init__(self, *, inputs: Sequence[Any] = (), oracle: Any = None,
                  diff_options: Mapping[str, Any] | None = None, backend: str,
                  rounds: int = 5, warmup: int = 1, names: Sequence[str] = (),
-                 sanitize: bool | str | None = None,
+                 sanitize: bool | str | None = None, chip: Chip | None = None,
                  on_phase: Callable[[str], None] | None = None):
         self.inputs = list(inputs)
         self.oracle = Oracle(oracle, self.inputs)
@@ -135,6 +144,7 @@ class Runner:
         self.warmup = warmup
         self.names = list(names)
         self.sanitize = sanitize
+        self.chip = chip
         self.on_phase = on_phase or _quiet
 
     def call(self, built: Any, sanitize: bool | str | None = None) -> Callable[[], Any]:
@@ -192,6 +202,10 @@ class Runner:
                 failed = outcome_of(exc)
                 failed.first_call_s, failed.diffs = outcome.first_call_s, outcome.diffs
                 return failed
+        if self.chip is not None and not self.sanitize:
+            self.on_phase("modelling")
+            outcome.counters, outcome.estimate, outcome.model_note = estimate_of(
+                built, self.inputs, self.chip)
         return outcome
 
     def _check(self, outcome: Outcome, outputs: Any, expected: Any) -> None:

@@ -126,6 +126,21 @@ def test_a_correct_kernel_passes_and_is_timed_on_the_emulator_clock(ed):
     assert ed.last_good is outcome
 
 
+def test_a_correct_run_shows_its_modelled_time_and_bound(ed, spec):
+    outcome = ed.run()
+    chip = mtwork.gpu.default_gpu()
+    assert outcome.estimate is not None and outcome.estimate.chip == chip.label
+    counters = mtwork.profile(ed.loop.launch(), *inputs())
+    assert outcome.estimate.seconds == mtwork.gpu.estimate(counters, chip).seconds
+    assert f"on {chip.label}, {outcome.estimate.bound}-bound" in outcome.summary()
+    assert f"modelled on {chip.label}" in ed.snapshot().html
+    plain = editor(spec, make_build(spec), inputs=inputs(), oracle=doubled, space=SPACE,
+                   constraints=CONSTRAINTS, gpu=False, bench_rounds=1, run=False)
+    unmodelled = plain.run()
+    assert unmodelled.ok and unmodelled.estimate is None
+    assert "modelled" not in unmodelled.summary()
+
+
 def test_a_compile_error_is_located_and_leaves_the_buffer_and_last_result(ed):
     good = ed.run()
     text = broken(BODY, "twice(inp[first + k]);", "twice(inp[first + k])")
@@ -308,6 +323,10 @@ def test_the_sweep_button_sweeps_the_edited_kernel_and_plots(ed):
     result = ed.loop.last_sweep
     assert len(result.records) == 4 and all(r.ok for r in result.records)
     assert result.clock.label.startswith("emulator")
+    # ranked by the model on sim, as mtwork.sweep ranks
+    assert result.objective == "modelled" and all(r.estimate for r in result.records)
+    assert [r.modelled for r in result.ranked()] == sorted(r.modelled for r in result.records)
+    assert "bound" in ed._sweep_out.outputs[0]["data"]["text/plain"]
     kinds = [set(o["data"]) for o in ed._sweep_out.outputs]
     assert "text/html" in kinds[0] and "application/vnd.plotly.v1+json" in kinds[1]
     assert ed._sweep_button.description == "Sweep (11 settings)"

@@ -1,11 +1,16 @@
-"""Compiler messages as editor diagnostics: `source:LINE:COL: error: ...` lines of a
-`CompileError` message, located in the author's own files (the kernel body, the header)."""
+"""Compiler messages and sanitizer findings as editor diagnostics: `source:LINE:COL:
+error: ...` lines of a `CompileError` message, and findings at their lines, located in the
+author's own files (the kernel body, the header; a full-source kernel's library file is
+its ``source``)."""
 
 from __future__ import annotations
 
 import re
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any, Literal
+
+from ..sanitizer import SanitizerReport
 
 File = Literal["source", "header"]
 Severity = Literal["error", "warning", "note"]
@@ -45,4 +50,25 @@ def parse_diagnostics(message: str, *, header_shift: int = 0) -> list[Diagnostic
             line = max(1, line - header_shift)
         severity = "error" if m["severity"] == "fatal error" else m["severity"]
         found.append(Diagnostic(m["file"], line, int(m["col"]), severity, m["message"]))
+    return found
+
+
+_FINDING_LINE = re.compile(r"^(?P<file>[^\s:]+):(?P<line>\d+)")
+
+
+def finding_diagnostics(report: SanitizerReport, library: Path | None) -> list[Diagnostic]:
+    """The sanitizer's findings at their lines in the edited texts (`library`: the file a
+    full-source kernel's ``source`` is); findings without a line are left to the report."""
+    found = []
+    for finding in report.findings:
+        m = _FINDING_LINE.match(finding.line)
+        if m is None:
+            continue
+        file = m["file"]
+        if file not in ("source", "header"):
+            if library is None or file != library.name:
+                continue
+            file = "source"
+        found.append(Diagnostic(file, int(m["line"]), 1, "error",  # type: ignore[arg-type]
+                                f"sanitizer: {finding}"))
     return found

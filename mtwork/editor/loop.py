@@ -19,7 +19,6 @@ import dataclasses
 import hashlib
 import itertools
 import logging
-import re
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -36,12 +35,12 @@ from ..errors import CompileError, KernelCancelled, KernelFault
 from ..families import KernelSpec
 from ..kernel import MetalKernel
 from ..library_kernel import Kernel, LibraryLaunch
+from ..modelled import GpuChoice, chip_for, estimate_of
 from ..run import Runner
-from ..sanitizer import SanitizerReport
 from ..sweep import Config, SweepInterrupted, SweepResult, sweep
 from ..timing import output_arrays
 from .background import Worker
-from .diagnostics import Diagnostic, parse_diagnostics
+from .diagnostics import finding_diagnostics, parse_diagnostics
 from .knobs import Knobs
 from .outcome import Outcome
 from .targets import Target
@@ -53,8 +52,7 @@ Listener = Callable[[Event], None]
 Build = Callable[[Config], Any]  # an mtwork.Launch or a full-source kernel.launch(...)
 
 DEFAULT_TIMEOUT = 30.0  # seconds a kernel may run on sim, unless $MTWORK_TIMEOUT says
-_RUNNING_PHASES = ("running", "checking", "timing", "sweeping")
-_FINDING_LINE = re.compile(r"^(?P<file>[^\s:]+):(?P<line>\d+)")
+_RUNNING_PHASES = ("running", "checking", "timing", "modelling", "sweeping")
 
 
 class EditLoop:
@@ -75,6 +73,8 @@ class EditLoop:
     - `sanitize`: check every run with the sanitizer (on sim; not timed); its findings
       become diagnostics at their lines and the outcome's status "unsafe".
     - `bench_rounds`, `bench_warmup`: timing after a correct run (0 rounds: no timing).
+    - `gpu`: the Apple GPU a correct run is modelled on (one profiled run: its modelled
+      time and bound), and the Sweep ranks by (see `mtwork.sweep`); False: no model.
     """
 
     def __init__(
@@ -91,6 +91,7 @@ class EditLoop:
         sanitize: bool = False,
         bench_rounds: int = 3,
         bench_warmup: int = 1,
+        gpu: GpuChoice = None,
     ):
         self.target = Target(kernel)
         self.build = build
@@ -102,6 +103,7 @@ class EditLoop:
         self.timeout = timeout if timeout is not None else env_timeout() or DEFAULT_TIMEOUT
         self.bench_rounds = bench_rounds
         self.bench_warmup = bench_warmup
+        self.chip = chip_for(gpu)
         self.last: Outcome | None = None
         self.last_good: Outcome | None = None
         self.last_sweep: SweepResult | None = None
@@ -158,7 +160,7 @@ class EditLoop:
         self._emit("texts")
 
     def _stop_stale(self) -> None:
-        if self.phase in ("running", "checking", "timing"):
+        if self.phase in ("running", "checking", "timing", "modelling"):
             self.cancel()
 
     @property
@@ -240,7 +242,8 @@ class EditLoop:
         self.worker.drop_pending()
         if self.phase in (*_RUNNING_PHASES, "compiling"):
             self._cancelled.set()
-            cancel_backend("sim" if self.sanitize else self.backend)
+            on_sim = self.sanitize or self.phase == "modelling"  # on sim, whatever the backend
+            cancel_backend("sim" if on_sim else self.backend)
 
     def wait(self, timeout: float | None = None) -> Outcome | None:
         """Wait until background work is done; returns the last outcome."""
@@ -275,6 +278,7 @@ class EditLoop:
                     key=hashlib.sha256(f"{source}\0{header}".encode()).hexdigest(),
                     backend=self.backend, rounds=rounds, warmup=warmup, progress=False,
                     skip_compile_errors=skip_compile_errors,
+                    gpu=False if self.chip is None else self.chip,
                 )
             except SweepInterrupted as stopped:
                 result = stopped.result
@@ -348,7 +352,34 @@ class EditLoop:
             if outcome.ok:
                 self.last_good = outcome
         self._emit("outcome")
+        if run and launch is not None and self._models(outcome):
+            outcome = self._model(outcome, launch)
         return outcome
+
+    def _models(self, outcome: Outcome) -> bool:
+        return (self.chip is not None and outcome.status in ("ok", "ran")
+                and not self.sanitize and not self._cancelled.is_set())
+
+    def _model(self, outcome: Outcome, launch: Any) -> Outcome:
+        """`outcome` with its modelled time: one profiled run, after the outcome is shown
+        (the result does not wait for the model)."""
+        assert self.chip is not None
+        with self._run_lock:
+            if self.last is not outcome:  # a newer run came first
+                return outcome
+            self._set_phase("modelling")
+            try:
+                _, estimate, _ = estimate_of(launch, self.inputs, self.chip)
+            except KernelCancelled:
+                estimate = None
+            finally:
+                self.phase = "idle"
+            modelled = dataclasses.replace(outcome, estimate=estimate)
+            self.last = modelled
+            if self.last_good is outcome:
+                self.last_good = modelled
+        self._emit("outcome")
+        return modelled
 
     def _compile(self, launch: Any) -> None:
         """Compiles ahead of the run where the backend can (MLX compiles at the first
@@ -362,7 +393,8 @@ class EditLoop:
                                   "sanitizer": result.sanitizer}
         if result.sanitizer is not None and not result.sanitizer.ok:
             fields["status"] = "unsafe"
-            fields["diagnostics"] = tuple(self._finding_diagnostics(result.sanitizer))
+            fields["diagnostics"] = tuple(finding_diagnostics(
+                result.sanitizer, self.target.files.get("source")))
         elif result.ok:
             fields["status"] = "ok" if result.checked else "ran"
         elif result.status in ("compile_error", "fault", "wrong"):
@@ -372,22 +404,3 @@ class EditLoop:
         if result.message and not (result.status == "wrong" and result.diffs):
             fields["message"] = result.message
         return fields
-
-    def _finding_diagnostics(self, report: SanitizerReport) -> list[Diagnostic]:
-        """The sanitizer's findings at their lines in the edited texts (a full-source
-        kernel's library file is its ``source``); findings without a line are left to
-        the report."""
-        library = self.target.files.get("source")
-        found = []
-        for finding in report.findings:
-            m = _FINDING_LINE.match(finding.line)
-            if m is None:
-                continue
-            file = m["file"]
-            if file not in ("source", "header"):
-                if library is None or file != library.name:
-                    continue
-                file = "source"
-            found.append(Diagnostic(file, int(m["line"]), 1, "error",
-                                    f"sanitizer: {finding}"))  # type: ignore[arg-type]
-        return found

@@ -9,6 +9,7 @@ from typing import Any
 from ..families import KernelSpec, load_family
 from ..kernel import MetalKernel
 from ..library_kernel import Kernel
+from ..modelled import GpuChoice
 from .knobs import Knobs, Rule
 from .loop import Build, EditLoop
 from .widget import Editor
@@ -33,6 +34,7 @@ def editor(
     debounce: float = 0.8,
     sweep_budget: int | None = 16,
     sweep_rounds: int = 3,
+    gpu: GpuChoice = None,
     height: str = "320px",
     run: bool = True,
 ) -> Editor:
@@ -58,6 +60,9 @@ def editor(
     - `sweep_budget`, `sweep_rounds`: what the Sweep button does: every setting when
       they are at most `sweep_budget` (None: always), else a seeded Latin hypercube of
       that many; settings of a compile error class already seen are skipped.
+    - `gpu`: the Apple GPU each correct run is modelled on (its modelled time and bound
+      are shown) and the Sweep button ranks by, on sim; a name such as "M2 Max", a chip
+      of `mtwork.gpu`, None (`MTWORK_GPU`, else the default chip) or False (no model).
     - `run`: start a first run in the background (`wait()` for it). In a notebook run
       headlessly, call `run()` or `wait()` before the cell ends, so that the exported
       HTML holds the result.
@@ -65,7 +70,7 @@ def editor(
     loop = EditLoop(_kernel(kernel), build, inputs=inputs, oracle=oracle,
                     knobs=Knobs(space, constraints, config), diff_options=diff_options,
                     backend=backend, timeout=timeout, sanitize=sanitize,
-                    bench_rounds=bench_rounds)
+                    bench_rounds=bench_rounds, gpu=gpu)
     made = Editor(loop, debounce=debounce, sweep_budget=sweep_budget,
                   sweep_rounds=sweep_rounds, height=height)
     if run:

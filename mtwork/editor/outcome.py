@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from ..display import TimeUnit
+from ..gpu.model import Estimate
 from ..oracle import DiffReport
 from ..sanitizer import SanitizerReport
 from ..timing import Measurement
@@ -32,6 +33,7 @@ class Outcome:
     diffs: tuple[DiffReport, ...] = ()
     measurement: Measurement | None = None
     sanitizer: SanitizerReport | None = None  # with the sanitizer on
+    estimate: Estimate | None = None  # the modelled time of a correct run on the chosen GPU
     seconds: float = 0.0  # wall time of the whole step
 
     @property
@@ -44,7 +46,7 @@ class Outcome:
         return self.status != "compile_error"
 
     def summary(self) -> str:
-        """One line: status, the diff verdicts and the time."""
+        """One line: status, the diff verdicts, the time and the modelled time."""
         config = ", ".join(f"{k}={v}" for k, v in self.config.items())
         head = f"run #{self.number}: {_STATUS_TEXT[self.status]}"
         if config:
@@ -64,6 +66,10 @@ class Outcome:
                          f"[{self.measurement.clock.label}]")
         elif self.message and self.status != "compile_error":
             parts.append(self.message.splitlines()[0])
+        if self.estimate is not None:
+            e = self.estimate
+            parts.append(f"modelled {TimeUnit.for_seconds(e.seconds).format(e.seconds)} on "
+                         f"{e.chip}, {e.bound}-bound")
         return " — ".join(parts)
 
 

@@ -76,6 +76,10 @@ def result_html(loop: EditLoop, *, fold_passing: bool = False) -> str:
                      + "</div></details>")
     if shown.measurement is not None:
         parts.append(f'<div style="margin-top:4px">{shown.measurement._repr_html_()}</div>')
+    if shown.estimate is not None:
+        parts.append(f"<details><summary>modelled on {html.escape(shown.estimate.chip)}: "
+                     f"{html.escape(shown.estimate.bound)}-bound (a model, not a measurement)"
+                     f"</summary>{shown.estimate._repr_html_()}</details>")
     parts.append("</div>")
     return "".join(parts)
 

@@ -1,7 +1,8 @@
-"""Plotly figures of counters (per kernel, per source line) and of modelled times.
+"""Plotly figures of counters (per kernel, per source line), of modelled times, and of a
+sweep's settings on the model (its roofline, the bound per setting).
 
 The functions read what they draw off the objects they are given (`Counters`,
-`Estimate`), so the data types need not know plotly."""
+`Estimate`, a sweep's result), so the data types need not know plotly."""
 
 from __future__ import annotations
 
@@ -91,3 +92,104 @@ def _named(items: Sequence[Any] | Mapping[str, Any], label: Callable[[Any], str]
     if not named:
         raise ValueError("nothing to plot: pass at least one item")
     return named
+
+
+# --- a sweep's settings on the model ---------------------------------------------------------
+
+BOUND_COLOURS = {"memory": "#4c72b0", "ALU": "#dd8452", "matrix": "#55a868",
+                 "threadgroup memory": "#8172b3", "latency": "#c44e52", "launch": "#937860"}
+MMA_FLOPS = 2 * 8 * 8 * 8  # one 8x8x8 multiply-accumulate: 512 FMAs
+
+
+def float_operations(counters: Any) -> int:
+    """Floating-point operations of a dispatch: lane operations of the float classes (an
+    FMA counts once: the counters do not split it from an add) plus 1024 per 8x8x8
+    `simdgroup_matrix` multiply-accumulate."""
+    ops, simd = counters.ops, counters.simd
+    return (ops.f32 + ops.f16 + ops.bf16
+            + MMA_FLOPS * (simd.mma_f32 + simd.mma_f16 + simd.mma_bf16))
+
+
+def sweep_roofline(result: Any) -> go.Figure:
+    """The settings of a sweep on its chip's roofline: each modelled setting at its
+    arithmetic intensity (float operations per distinct DRAM byte, from its counters) and
+    its modelled throughput, coloured by its bound; the roofs are the chip's FP32 and
+    `simdgroup_matrix` peaks and its memory bandwidth."""
+    import numpy as np
+    import plotly.graph_objects as go
+
+    chip = _chip_of(result, "sweep_roofline")
+    points = [(r, float_operations(r.counters), r.counters.distinct_bytes)
+              for r in result.ok if r.estimate is not None]
+    points = [(r, ops, nbytes) for r, ops, nbytes in points if ops > 0 and nbytes > 0]
+    if not points:
+        raise ValueError("sweep_roofline: no modelled setting does floating-point work on "
+                         "device memory, so none has an arithmetic intensity to place")
+    bandwidth = chip.memory_bandwidth_gbs * 1e9
+    roofs = {"FP32 peak": chip.fp32_tflops * 1e12, "matrix peak": chip.matrix_tflops_f32 * 1e12}
+    intensity = [ops / nbytes for _, ops, nbytes in points]
+    ridge = min(roofs.values()) / bandwidth
+    ai = np.geomspace(min(min(intensity), ridge) / 4, max(max(intensity), ridge) * 4, 200)
+    fig = go.Figure()
+    for name, peak in roofs.items():
+        fig.add_scatter(x=ai, y=np.minimum(peak, ai * bandwidth), mode="lines", name=name,
+                        line={"dash": "dash" if name == "FP32 peak" else "dot",
+                              "color": "#555"}, hoverinfo="skip")
+    for bound in dict.fromkeys(r.bound for r, _, _ in points):
+        mine = [(r, ops, nbytes) for r, ops, nbytes in points if r.bound == bound]
+        fig.add_scatter(
+            x=[ops / nbytes for _, ops, nbytes in mine],
+            y=[ops / r.modelled for r, ops, _ in mine], mode="markers", name=f"{bound}-bound",
+            marker={"size": 11, "color": BOUND_COLOURS.get(bound, "#333")},
+            customdata=[_setting_hover(r) for r, _, _ in mine],
+            hovertemplate="%{customdata}<extra></extra>")
+    fig.update_layout(
+        title=f"Roofline of the sweep on {chip.label}<br><sub>modelled, not measured · "
+              "float operations per distinct DRAM byte; an FMA counts once</sub>",
+        xaxis={"title": {"text": "arithmetic intensity (float operations / DRAM byte)"},
+               "type": "log"},
+        yaxis={"title": {"text": f"modelled float operations / s on {chip.name}"},
+               "type": "log"})
+    return fig
+
+
+def bounds_figure(result: Any) -> go.Figure:
+    """The modelled time of each setting (log scale), coloured by what bounds it."""
+    import plotly.graph_objects as go
+
+    chip = _chip_of(result, "bounds_figure")
+    modelled = result.ranked("modelled")
+    if not modelled:
+        raise ValueError("bounds_figure: no setting of the sweep was modelled")
+    fig = go.Figure()
+    for bound in dict.fromkeys(r.bound for r in modelled):
+        mine = [r for r in modelled if r.bound == bound]
+        fig.add_bar(x=[_setting_label(r) for r in mine], y=[r.modelled for r in mine],
+                    name=f"{bound}-bound", marker_color=BOUND_COLOURS.get(bound, "#333"),
+                    customdata=[_setting_hover(r) for r in mine],
+                    hovertemplate="%{customdata}<extra></extra>")
+    fig.update_layout(
+        title=f"Modelled time and bound per setting on {chip.label}<br><sub>a model, not a "
+              "measurement · fastest first</sub>",
+        xaxis={"title": {"text": "setting"}, "type": "category",
+               "categoryorder": "array", "categoryarray": [_setting_label(r) for r in modelled]},
+        yaxis={"title": {"text": "modelled seconds"}, "type": "log"})
+    return fig
+
+
+def _chip_of(result: Any, who: str) -> Any:
+    if getattr(result, "chip", None) is None:
+        raise ValueError(f"{who}: the sweep was not modelled (it ran with gpu=False)")
+    return result.chip
+
+
+def _setting_label(record: Any) -> str:
+    return ", ".join(f"{k}={v}" for k, v in record.config.items())
+
+
+def _setting_hover(record: Any) -> str:
+    import html
+
+    e = record.estimate
+    return (f"{html.escape(_setting_label(record))}<br>modelled {e.seconds:.3g} s, "
+            f"{html.escape(e.bound)}-bound ({html.escape(e.limiting_term)})")

@@ -23,9 +23,12 @@ the outputs (an array, or a list/tuple/dict of arrays). A `Launch` is better whe
 fits: the sweep runs it on the backend whose clock it reports.
 
 Each configuration goes through `mtwork.run.Runner` (first call, diff against the
-oracle, timing) and its outcome is recorded, never raised. Mistakes in the sweep itself
-(an unknown parameter name, an empty space, an oracle that raises before anything ran)
-raise `SweepError`.
+oracle, timing) and its outcome is recorded, never raised. A passing `Launch` also runs
+once with the profiler: its counters give the modelled time and bound on the chosen Apple
+GPU (`gpu=`), which ranks the settings on `sim`, where the clock times the emulator's CPU;
+on `metal` the measured GPU time ranks and the model stands beside it, with its error.
+Mistakes in the sweep itself (an unknown parameter name, an empty space, an oracle that
+raises before anything ran) raise `SweepError`.
 
 With `cache=path` every finished configuration is appended to a JSON-lines file at
 once, keyed by a hash of the sweep's identity (by default the source of `build`, of the
@@ -45,6 +48,7 @@ from concurrent.futures import Executor
 from typing import Any, Literal
 
 from ..errors import SweepError, UnknownParameterError
+from ..modelled import MODELLED, GpuChoice, chip_for
 from ..run import Runner
 from ..timing import Measurement, clock_for
 from .cache import CacheFile, identity, inputs_signature, record_key
@@ -69,7 +73,7 @@ def sweep(
     strategy: Literal["exhaustive", "random", "latin"] = "exhaustive",
     budget: int | None = None,
     time_budget: float | None = None,
-    objective: str = "time",
+    objective: str | None = None,
     maximize: bool = False,
     metrics: Mapping[str, Callable[[Config, Measurement], float]] | None = None,
     cache: str | os.PathLike | None = None,
@@ -81,6 +85,7 @@ def sweep(
     progress: bool = True,
     executor: Executor | None = None,
     skip_compile_errors: bool = False,
+    gpu: GpuChoice = None,
 ) -> SweepResult:
     """Build, check and time every configuration of `space` that passes `constraints`.
 
@@ -96,8 +101,15 @@ def sweep(
       parameter as evenly as the constraints allow); `budget` caps the configurations
       visited (cached ones count), `time_budget` the seconds spent (no new configuration
       starts after it).
-    - `objective`: "time" (median; or "min", "p95", "mean") or a name in `metrics`, a dict
-      of fn(config, measurement) -> float; `maximize=True` for metrics such as GB/s.
+    - `gpu`: the Apple GPU the settings are modelled on (a name such as "M2 Max", an
+      `mtwork.gpu` chip; None: `MTWORK_GPU`, else the default chip; False: no model).
+      Each passing `Launch` runs once more with the profiler, and its record keeps the
+      counters, the modelled time and the bound (see `mtwork.modelled`).
+    - `objective`: "modelled" (the modelled time on `gpu`: the default on `sim`, whose
+      clock times the emulator, not a GPU; a sweep of plain callables, which cannot be
+      modelled, falls back to "time"), "time" (the measured median: the default on
+      `metal`; or "min", "p95", "mean") or a name in `metrics`, a dict of
+      fn(config, measurement) -> float; `maximize=True` for metrics such as GB/s.
     - `cache`: a JSON-lines file to resume from and append to; `key` names the sweep's
       identity there (default: a digest of `build`'s and the oracle's sources and what
       they refer to; pass a version string when the kernel's source comes from elsewhere).
@@ -115,8 +127,12 @@ def sweep(
     rules = [constraint(c) for c in constraints]
     _check_rule_names(rules, params)
     metrics = dict(metrics or {})
-    _check_options(strategy, budget, objective, metrics)
     clock = clock_for(backend)
+    chip = chip_for(gpu)
+    default_objective = objective is None
+    if objective is None:
+        objective = MODELLED if chip is not None and clock.backend != "metal" else "time"
+    _check_options(strategy, budget, objective, metrics, chip is not None)
     every = [Config(dict(zip(params, values))) for values in itertools.product(*params.values())]
     candidates = [c for c in every if all(_passes(rule, c) for rule in rules)]
     if not candidates:
@@ -125,10 +141,11 @@ def sweep(
     sweep_identity = json.dumps([key if key is not None else identity(build, oracle),
                                  inputs_signature(inputs)])
     runner = Runner(inputs=inputs, oracle=oracle, diff_options=diff_options,
-                    backend=clock.backend, rounds=rounds, warmup=warmup)
+                    backend=clock.backend, rounds=rounds, warmup=warmup, chip=chip)
     result = SweepResult([], tuple(params), clock, objective, maximize, len(candidates),
                          len(every), cache_path=None if cache is None else str(cache),
-                         values={name: tuple(vs) for name, vs in params.items()})
+                         values={name: tuple(vs) for name, vs in params.items()},
+                         chip=chip, default_objective=default_objective)
 
     def key_of(config: Config) -> str:
         return record_key(sweep_identity, clock.backend, rounds, warmup, config)
@@ -145,15 +162,21 @@ def sweep(
 
 
 def _check_options(strategy: str, budget: int | None, objective: str,
-                   metrics: Mapping[str, Any]) -> None:
+                   metrics: Mapping[str, Any], modelled: bool) -> None:
     if strategy not in STRATEGIES:
         raise SweepError(f"strategy must be one of {', '.join(map(repr, STRATEGIES))}, "
                          f"not {strategy!r}")
     if budget is not None and budget < 1:
         raise SweepError(f"budget must be at least 1 configuration, got {budget}")
+    if objective == MODELLED:
+        if not modelled:
+            raise SweepError("objective='modelled' needs a GPU to model: pass gpu='M2 Max' "
+                             "(or any mtwork.gpu chip), or leave gpu unset, not gpu=False")
+        return
     if objective not in TIME_OBJECTIVES and objective not in metrics:
         raise SweepError(
-            f"objective {objective!r} is neither a time ({', '.join(TIME_OBJECTIVES)}) nor "
+            f"objective {objective!r} is neither a time ({', '.join(TIME_OBJECTIVES)}), "
+            f"{MODELLED!r} nor "
             f"one of the metrics ({', '.join(metrics) or 'none given'})"
         )
 

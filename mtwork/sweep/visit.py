@@ -105,7 +105,7 @@ def visit(plan: Sequence[Config], key_of: Callable[[Config], str], job: Job,
     done: dict[int, Record] = {}
     for i, (config, key) in enumerate(zip(plan, keys)):
         if cache_file is not None and key in cache_file.entries:
-            done[i] = Record.from_dict(cache_file.entries[key], config)
+            done[i] = Record.from_dict(cache_file.entries[key], config, job.runner.chip)
     todo = [i for i in range(len(plan)) if i not in done]
     try:
         for i in sorted(done):

@@ -242,8 +242,10 @@ def compile_kernel(tu: Translation, math_mode: str, kernel_label: str,
     else:
         flags += NO_DEBUG_INFO
     user_includes = [arg for d in include_dirs for arg in ("-I", str(d))]
-    key = digest(tu.text, " ".join(flags), shim_version(), str(mlx_include_dir()),
-                  *user_includes, *(p.read_bytes() for p in _PROFILER_SOURCES if profile))
+    # The prelude's folder is named after MLX's headers and the rewrites applied to them: a
+    # change to either rebuilds (and debug info names the folder the kernel was built with).
+    key = digest(tu.text, " ".join(flags), shim_version(), str(prelude_dir()),
+                 *user_includes, *(p.read_bytes() for p in _PROFILER_SOURCES if profile))
     target = cache_dir() / "kernels" / (f"{key}-profile" if profile else f"{key}.so")
     library = target / "kernel.so" if profile else target
     if reusable(target):

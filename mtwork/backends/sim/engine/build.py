@@ -137,9 +137,11 @@ def build(program: Program) -> Built:
     tu, tree = translation_unit(program, launcher=engine_launcher)
     label = program.label
     includes = [arg for d in tree.include_dirs for arg in ("-I", str(d))]
+    # Keyed as the fiber engine's library is: by the prelude's folder too (MLX's headers
+    # and the rewrites applied to them).
     key = compiler.digest(tu.text, " ".join(_flags(program.math_mode)),
                           compiler.shim_version(), _engine_version(),
-                          str(compiler.mlx_include_dir()), *includes)
+                          str(compiler.prelude_dir()), *includes)
     folder = cache_dir() / "engine"
     target, refusal = folder / f"{key}.so", folder / f"{key}.refused"
     if compiler.reusable(target):
