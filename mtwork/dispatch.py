@@ -35,6 +35,7 @@ __all__ = [
     "Bound",
     "Completion",
     "Dispatch",
+    "Engine",
     "Fresh",
     "FullSource",
     "Geometry",
@@ -226,15 +227,28 @@ class Dispatch:
     threadgroup_memory: Mapping[int, int] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class Engine:
+    """Which of the emulator's engines ran a dispatch (sim: "fast", "fibers" or "loops",
+    the plain loops of a kernel that never blocks) and, when not the fast one, why."""
+
+    name: str
+    reason: str | None = None
+
+    def __str__(self) -> str:
+        return self.name if self.reason is None else f"{self.name} ({self.reason})"
+
+
 @dataclass
 class Completion:
     """What a dispatch gave: each written buffer (fresh and writable ones, numpy or mx by
     backend), the sanitizer's report when it ran, the threadgroup memory used (sim), the
-    profiler's counts when it ran."""
+    engine that ran it (sim), the profiler's counts when it ran."""
 
     buffers: dict[int, np.ndarray | mx.array]
     sanitizer: SanitizerReport | None = None
     threadgroup_memory: int | None = None
+    engine: Engine | None = None
     counters: Counters | None = None
 
 

@@ -26,6 +26,7 @@ from .dispatch import (
     BodyForm,
     Bound,
     Dispatch,
+    Engine,
     Fresh,
     Param,
     Program,
@@ -138,7 +139,8 @@ class MetalKernel:
     `profile=` (True: run on sim and count what the call does to an Apple GPU, see
     mtwork.profile). The kernel does not change; `last_sanitizer_report` keeps the
     report of its last sanitized call, `last_counters` the counts of its last profiled
-    one."""
+    one, `last_engine` which engine of the emulator ran its last call (and, when not the
+    fast one, why)."""
 
     name: str
     input_names: tuple[str, ...]
@@ -151,6 +153,7 @@ class MetalKernel:
     backend: str | None = None
     last_sanitizer_report: SanitizerReport | None = field(default=None, compare=False,
                                                           repr=False)
+    last_engine: Engine | None = field(default=None, compare=False, repr=False)
     last_counters: Counters | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -177,7 +180,8 @@ class MetalKernel:
         """The same kernel with its body or header text replaced."""
         return dataclasses.replace(
             self, source=self.source if source is None else source,
-            header=self.header if header is None else header, last_sanitizer_report=None)
+            header=self.header if header is None else header, last_sanitizer_report=None,
+            last_engine=None, last_counters=None)
 
     @property
     def math_mode(self) -> str:
@@ -280,6 +284,7 @@ class MetalKernel:
             object.__setattr__(self, "last_sanitizer_report", exc.report)
             raise
         object.__setattr__(self, "last_sanitizer_report", done.sanitizer)
+        object.__setattr__(self, "last_engine", done.engine)
         if run_options.profile:
             object.__setattr__(self, "last_counters", done.counters)
         return [to_mx(done.buffers[p.buffer_index], dt)  # type: ignore[index]

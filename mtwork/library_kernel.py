@@ -19,6 +19,7 @@ from .backends import run as run_program
 from .buffers import to_mx
 from .dispatch import (
     Dispatch,
+    Engine,
     FullSource,
     Param,
     Program,
@@ -77,7 +78,8 @@ class Kernel:
     """One kernel of a `Library`, its template instantiated and its function constants
     set. Call it to dispatch; `compile()` compiles it ahead of time. The report of its
     last sanitized call is `last_sanitizer_report`, the counts of its last profiled call
-    `last_counters`."""
+    `last_counters`; the emulator's engine that ran its last call (and, when not the fast
+    one, why) `last_engine`."""
 
     def __init__(self, library: LibraryParts, signature: KernelSignature,
                  template_args: tuple[str, ...], constants: dict[str, str | None], label: str):
@@ -87,6 +89,7 @@ class Kernel:
         self.constants = constants
         self.name = label
         self.last_sanitizer_report: SanitizerReport | None = None
+        self.last_engine: Engine | None = None
         self.last_counters: Counters | None = None
         unsupported = [p for p in signature.params if p.kind == "unsupported"]
         if unsupported:
@@ -330,6 +333,7 @@ class Kernel:
             self.last_sanitizer_report = exc.report
             raise
         self.last_sanitizer_report = done.sanitizer
+        self.last_engine = done.engine
         if profile:
             self.last_counters = done.counters
         by_index = {p.index: p for p in self.signature.buffers}

@@ -13,17 +13,19 @@ from __future__ import annotations
 import os
 import re
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from ...dispatch import Completion, Dispatch, Fresh, Program
+from ...dispatch import Completion, Dispatch, Engine, Fresh, Program
 from ...errors import KernelFault, KernelTimeout
 from ...sanitizer import SanitizerError
 from ...toolchain import clang
 from . import compiler, findings, profiling, runtime
+from .engine import Engines, FastLibrary, check_same
 from .instrument import Table
 from .isolation import Isolated, isolate_by_default
 from .memory import Memory
@@ -49,6 +51,10 @@ def _looks_barrier_free(program: Program) -> bool:
 
 
 _PROGRAMS_KEPT = 1024
+# Why a call runs on the fiber engine whatever the kernel: its mode needs to know which
+# thread runs.
+_ON_FIBERS = "the sanitizer checks kernels on the fiber engine"
+_PROFILED = "the profiler counts kernels on the fiber engine"
 
 
 @dataclass(frozen=True)
@@ -70,6 +76,7 @@ class SimBackend:
         self._lock = threading.Lock()
         self._blocking: set[Path] = set()  # libraries that blocked on the fast path
         self._isolated: Isolated | None = None
+        self._engines = Engines()
 
     def unavailable_reason(self) -> str | None:
         """Why the emulator cannot run here, or None when it can."""
@@ -143,29 +150,40 @@ class SimBackend:
         compiled = self.compile(program, sanitize=sanitize, profile=profile)
         barrier_free = (not sanitize and not profile and _looks_barrier_free(program)
                         and compiled.library.path not in self._blocking)
+        fast, why = self._fast_library(program, compiled, _ON_FIBERS if sanitize else
+                                       _PROFILED if profile else None, barrier_free)
         saved = None
         while True:
             memory = Memory(program, call, place)
             if saved is not None:
                 memory.restore(saved)
-            elif barrier_free:
-                saved = memory.snapshot()
+            elif barrier_free or fast is not None:
+                saved = memory.snapshot(every=fast is not None and (
+                    fast.may_diverge or self._engines.comparing()))
             sanitizing = findings.describe_buffers(memory) if sanitize else None
             try:
                 if profile:
                     return self._profiled(program, compiled, memory, call)
-                used = self._run(program, compiled, memory, call, barrier_free, sanitizing)
-            except runtime.NeedsFibers:
-                # Blocking reached through a helper the text check cannot see: start again
-                # with fresh buffers on the general path, and remember it for next time.
+                used = self._run(program, fast.library if fast else compiled.library, memory,
+                                 call, barrier_free or fast is not None, sanitizing)
+            except runtime.NeedsFibers as stop:
+                if fast is not None:  # the threads did not reach the same barrier
+                    why = self._engines.needs_fibers(compiled.library.path, str(stop))
+                    fast = None
+                    continue
+                # Blocking reached through a header or helper the text check cannot see:
+                # start again with fresh buffers on the fast engine (or fibers), and
+                # remember it for next time.
                 self._blocking.add(compiled.library.path)
                 barrier_free = False
+                fast, why = self._fast_library(program, compiled, None, False)
                 continue
             except KernelFault as fault:
-                if barrier_free and not isinstance(fault, KernelTimeout):
-                    # The fast path does not track which thread runs; fault again on the
+                if (barrier_free or fast is not None) and not isinstance(fault, KernelTimeout):
+                    # The fast paths do not track which thread runs; fault again on the
                     # general path to name it.
-                    barrier_free = False
+                    why = "the kernel faulted on the fast path; the fiber engine ran it again"
+                    barrier_free, fast = False, None
                     continue
                 if sanitizing is None:
                     raise
@@ -174,7 +192,37 @@ class SimBackend:
             if sanitizing is not None:
                 report = findings.report(program.label, compiled.translation,
                                          compiled.library.path, sanitizing, memory)
-            return Completion(memory.written(), report, used)
+            if fast is not None and self._engines.comparing():
+                done = self._compared(program, call, place, compiled, memory, saved, used)
+            else:
+                ran = Engine("fast") if fast else Engine("loops") if barrier_free else Engine(
+                    "fibers", why)
+                done = Completion(memory.written(), report, used, ran)
+            self._engines.record(program.label, done.engine)  # type: ignore[arg-type]
+            return done
+
+    def _fast_library(self, program: Program, compiled: _Compiled, on_fibers: str | None,
+                      barrier_free: bool) -> tuple[FastLibrary | None, str]:
+        """The fast engine's library for a kernel that blocks, or why there is none
+        (`on_fibers`: the call's mode needs the fiber engine, for this reason)."""
+        if on_fibers is not None:
+            return None, on_fibers
+        if barrier_free:
+            return None, ""
+        return self._engines.library(program, compiled.library.path)
+
+    def _compared(self, program: Program, call: Dispatch,
+                  place: Callable[[int, Fresh], np.ndarray] | None, compiled: _Compiled,
+                  fast: Memory, saved: dict[int, np.ndarray] | None, used: int) -> Completion:
+        """$MTWORK_SIM_ENGINE=compare: the dispatch run again on fibers, whose bytes must
+        be those the fast engine wrote; the fiber engine's buffers are returned."""
+        written = {i: a.copy() for i, a in fast.written().items()}
+        memory = Memory(program, call, place)
+        if saved is not None:
+            memory.restore(saved)
+        self._run(program, compiled.library, memory, call, False, None)
+        check_same(program.label, written, memory.written())
+        return Completion(memory.written(), None, used, Engine("fast", "compared with fibers"))
 
     def _profiled(self, program: Program, compiled: _Compiled, memory: Memory,
                   call: Dispatch) -> Completion:
@@ -183,20 +231,27 @@ class SimBackend:
         assert compiled.table is not None
         with profiling.counting(compiled.library, compiled.table, memory,
                                 call.geometry) as counted:
-            used = self._run(program, compiled, memory, call, False, None)
+            used = self._run(program, compiled.library, memory, call, False, None)
         counters = profiling.counters(program.label, compiled.translation.sources,
                                       compiled.library.path, compiled.table, counted,
                                       call.geometry, used)
-        return Completion(memory.written(), None, used, counters)
+        return Completion(memory.written(), None, used, Engine("fibers", _PROFILED),
+                          counters)
 
-    def _run(self, program: Program, compiled: _Compiled, memory: Memory, call: Dispatch,
-             barrier_free: bool, sanitizing: runtime.Sanitizing | None) -> int:
+    def _run(self, program: Program, library: runtime.KernelLibrary, memory: Memory,
+             call: Dispatch, barrier_free: bool, sanitizing: runtime.Sanitizing | None) -> int:
+        """Runs the dispatch on `library`; time on the fiber engine (not barrier-free, not
+        sanitized) counts toward building the kernel's fast library."""
         geometry = call.geometry
         clamped = tuple(min(t, g) for t, g in zip(geometry.threadgroup, geometry.grid))
-        return runtime.dispatch(
-            compiled.library, program.label, memory.table, geometry.grid, clamped,
+        start = time.perf_counter()
+        used = runtime.dispatch(
+            library, program.label, memory.table, geometry.grid, clamped,
             tg_static_bytes=memory.threadgroup_bytes, timeout=call.options.timeout,
             barrier_free=barrier_free, sanitizing=sanitizing)
+        if not barrier_free and sanitizing is None:
+            self._engines.ran_on_fibers(library.path, time.perf_counter() - start)
+        return used
 
     def _raise_with_report(self, program: Program, compiled: _Compiled,
                            sanitizing: runtime.Sanitizing, memory: Memory,

@@ -93,7 +93,7 @@ KERNEL_LINK_FLAGS = ("-Wl,--wrap=exit,--wrap=_exit,--wrap=_Exit,--wrap=quick_exi
 _build_lock = threading.Lock()
 
 
-def _digest(*parts: bytes | str) -> str:
+def digest(*parts: bytes | str) -> str:
     h = hashlib.sha256()
     for p in parts:
         h.update(p.encode() if isinstance(p, str) else p)
@@ -112,11 +112,11 @@ def _tree_digest(folder: Path, pattern: str = "*") -> str:
 
 @cache
 def shim_version() -> str:
-    return _digest(_tree_digest(SHIM_DIR), _tree_digest(RUNTIME_DIR),
-                   " ".join((*COMMON_FLAGS, *TARGET_FLAGS)))
+    return digest(_tree_digest(SHIM_DIR), _tree_digest(RUNTIME_DIR),
+                  " ".join((*COMMON_FLAGS, *TARGET_FLAGS)))
 
 
-def _reusable(target: Path) -> bool:
+def reusable(target: Path) -> bool:
     """Whether a cached artefact can be used: present and whole; one that is not (cut
     short, zeroed, changed) is removed, to be built again."""
     if cachedir.is_sealed(target):
@@ -140,7 +140,7 @@ def runtime_library() -> Path:
     target = cache_dir() / f"libmtwrt-{shim_version()}.so"
     cachedir.pin(target)
     with _build_lock:
-        if _reusable(target):
+        if reusable(target):
             return target
         print(f"mtwork: building the emulator runtime, once: about {RUNTIME_BUILD_SECONDS} s",
               file=sys.stderr, flush=True)
@@ -176,7 +176,7 @@ def prelude_dir() -> Path:
     target = cache_dir() / f"mlx-headers-{_tree_digest(kernels, '*.h')}-{rewriters_digest()}"
     cachedir.pin(target)  # every compile of this process includes from it
     with _build_lock:
-        if _reusable(target):
+        if reusable(target):
             return target
         tmp = cachedir.work_dir(cache_dir())
         for header in kernels.rglob("*.h"):
@@ -256,12 +256,12 @@ def compile_kernel(tu: Translation, math_mode: str, kernel_label: str,
     user_includes = [arg for d in include_dirs for arg in ("-I", str(d))]
     # The prelude's folder is named after MLX's headers and the rewrites applied to them: a
     # change to either rebuilds (and debug info names the folder the kernel was built with).
-    key = _digest(tu.text, " ".join([*flags, *KERNEL_LINK_FLAGS]), shim_version(),
-                  str(prelude_dir()),
-                  *user_includes, *(p.read_bytes() for p in _PROFILER_SOURCES if profile))
+    key = digest(tu.text, " ".join([*flags, *KERNEL_LINK_FLAGS]), shim_version(),
+                 str(prelude_dir()),
+                 *user_includes, *(p.read_bytes() for p in _PROFILER_SOURCES if profile))
     target = cache_dir() / "kernels" / (f"{key}-profile" if profile else f"{key}.so")
     library = target / "kernel.so" if profile else target
-    if _reusable(target):
+    if reusable(target):
         return library
     work = cachedir.work_dir(target.parent)
     try:

@@ -245,7 +245,7 @@ class Isolated:
         kind, value = reply
         if kind == "error":
             raise value
-        written, report, used, counters = value
+        written, report, used, engine, counters = value
         buffers = {}
         for index in written:
             arena_view = placements[index].view(self._arena.map)  # type: ignore[arg-type]
@@ -256,7 +256,7 @@ class Isolated:
             else:
                 buffers[index] = np.array(arena_view)
             del arena_view
-        return Completion(buffers, report, used, counters)
+        return Completion(buffers, report, used, engine, counters)
 
 
 def _c_strides(shape: tuple[int, ...], itemsize: int) -> tuple[int, ...]:

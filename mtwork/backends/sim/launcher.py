@@ -42,6 +42,11 @@ def _argument(p: LaunchParam) -> str:
     return f"({p.type_text})b[{p.slot}]"
 
 
+def call_arguments(params: Sequence[LaunchParam]) -> str:
+    """The kernel call's arguments, from the group `g`, table `b`, thread `i`, `local`."""
+    return ",\n          ".join(_argument(p) for p in params)
+
+
 def launcher_source(function: str, params: Sequence[LaunchParam]) -> str:
     """C++ for the two entry points, calling `function` (with template arguments, if any).
 
@@ -51,7 +56,7 @@ def launcher_source(function: str, params: Sequence[LaunchParam]) -> str:
     diverged lanes. `mtw_entry_barrier_free` runs the group as nested loops the compiler
     can vectorize, for kernels that never block.
     """
-    args = ",\n          ".join(_argument(p) for p in params)
+    args = call_arguments(params)
     return f"""
 #include "mtw_launch.h"
 extern "C" __attribute__((visibility("default")))

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import ctypes
 import math
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -37,6 +38,8 @@ from .arena import ALIGN, guarded
 from .sources import THREADGROUP_SLOT_BASE
 
 __all__ = ["Memory"]
+
+_CONST = re.compile(r"\bconst(?:ant)?\b")
 
 
 def _derived(kind: str, view: np.ndarray) -> np.ndarray:
@@ -149,10 +152,18 @@ class Memory:
         self.settle()
         return {i: self.arrays[i] for i in self._returned()}
 
-    def snapshot(self) -> dict[int, np.ndarray]:
-        """Copies of the writable bound buffers, to undo an attempt that must run again."""
-        return {i: self.arrays[i].copy() for i in self._returned()
-                if not isinstance(self.dispatch.buffers.get(i), Fresh)}
+    def snapshot(self, every: bool = False) -> dict[int, np.ndarray]:
+        """Copies of the bound buffers a kernel may write (writable ones, and inputs its
+        signature does not make const, which it writes in place as on Metal; `every`
+        bound buffer when the kernel may write through a const one, as the metal
+        backend's wrapper does), to undo an attempt that must run again."""
+        out = {}
+        for p in self.program.params:
+            buf = self.dispatch.buffers.get(p.index)  # type: ignore[arg-type]
+            if (p.kind == "buffer" and p.derived is None and isinstance(buf, Bound)
+                    and (every or buf.writable or not _CONST.search(p.type_text))):
+                out[p.index] = self.arrays[p.index].copy()  # type: ignore[index]
+        return out
 
     def settle(self) -> None:
         """Copies what the kernel left in the aligned copies back to the caller's memory,

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import threading
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -26,6 +27,8 @@ from .rewrite import rewrite_msl
 from .translation import Translation
 
 __all__ = ["THREADGROUP_SLOT_BASE", "for_emulator", "rewriters_digest", "translation_unit"]
+
+Launcher = Callable[[str, Sequence[LaunchParam]], str]
 
 # [[threadgroup(n)]] offsets follow the buffers in the launcher's table.
 THREADGROUP_SLOT_BASE = MAX_BUFFER_INDEX + 1
@@ -113,14 +116,16 @@ def _launch_param(p: Param) -> LaunchParam:
     return LaunchParam("buffer", p.type_text, slot=p.index)
 
 
-def translation_unit(program: Program) -> tuple[Translation, SourceTree]:
+def translation_unit(program: Program, launcher: Launcher = launcher_source
+                     ) -> tuple[Translation, SourceTree]:
     """The C++ the emulator compiles for `program`: the defines, the prelude, the
-    rewritten main file and the launcher that calls the kernel function."""
+    rewritten main file and the launcher that calls the kernel function (`launcher`
+    writes it; the fast engine has its own)."""
     tree = source_tree(program)
     main = str(tree.main).replace("\\", "\\\\").replace('"', '\\"')
     prelude = program.sources.prelude
     if prelude and not prelude.endswith("\n"):
         prelude += "\n"
-    launcher = launcher_source(program.function, [_launch_param(p) for p in program.params])
-    text = f'{_METAL_TYPES}{program.defines}{prelude}#include "{main}"\n{launcher}'
+    entry = launcher(program.function, [_launch_param(p) for p in program.params])
+    text = f'{_METAL_TYPES}{program.defines}{prelude}#include "{main}"\n{entry}'
     return Translation(text, program.sources, tree.root), tree

@@ -4,9 +4,9 @@ Started by `isolation.Isolated` as ``python -m mtwork.backends.sim.worker FD``, 
 is its end of a Unix socket. Each request names a kernel (its `Program`, sent once, then
 a token), the placement of every buffer in the arena and the dispatch's geometry and
 options; the reply is the buffers written, the sanitizer's report, the threadgroup
-memory used and the profiler's counters, or the exception the dispatch raised. Guard
-pages around the buffers are made inaccessible for the call, so a write past a buffer's
-end faults at once.
+memory used, the engine that ran it and the profiler's counters, or the exception the
+dispatch raised. Guard pages around the buffers are made inaccessible for the call, so a
+write past a buffer's end faults at once.
 """
 
 from __future__ import annotations
@@ -45,7 +45,8 @@ def _run(backend: SimBackend, arena: Arena, programs: dict[int, Program],
     finally:
         views.clear()
         arena.guard([])
-    return sorted(done.buffers), done.sanitizer, done.threadgroup_memory, done.counters
+    return (sorted(done.buffers), done.sanitizer, done.threadgroup_memory, done.engine,
+            done.counters)
 
 
 def _reply_error(sock: socket.socket, exc: BaseException) -> None:

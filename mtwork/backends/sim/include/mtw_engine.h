@@ -1,0 +1,189 @@
+// The fast engine's part of a kernel library (mtwork/backends/sim/engine): the loop that
+// runs one region of the kernel for every thread of a threadgroup, the context memory
+// that keeps each thread's values across barriers, and threadgroup variables.
+//
+// Only the translation unit the engine builds includes this. Its pass turns the kernel
+// into region functions (`mtw.region.N`) and a driver (`mtw_entry_barrier_free`, which
+// the runtime calls once per threadgroup on one fiber) calling the helpers below; they
+// are kept (`used`) until the pass has called them, then inlined.
+#pragma once
+
+#include "mtw_launch.h"
+
+extern "C" {
+// runtime/engine.cpp: memory for the context (per worker, reused), and the way back to
+// the fiber engine when the threads of a group do not reach the same barrier.
+void* mtw_engine_scratch(uint64_t bytes);
+[[noreturn]] void mtw_engine_fallback(const char* reason);
+}
+
+#define MTW_ENGINE_HELPER extern "C" __attribute__((used, always_inline)) inline
+
+constexpr uint32_t kMtwEngineExit = 0xFFFFFFFFu;      // the thread's kernel returned
+constexpr uint32_t kMtwEngineDiverged = 0xFFFFFFFEu;  // threads left a region differently
+constexpr uint32_t kMtwEngineUnset = 0xFFFFFFFFu;     // a threadgroup variable not met yet
+constexpr uint32_t kMtwEngineThreads = 1024;          // slots per value in the context
+
+// The context's first fields, as the pass declares them (engine/emit.py, Layout): each
+// thread's threadgroup-memory cursor and position, and the arguments it hands to the
+// SIMD-group function it stopped at. The offsets of the kernel's threadgroup variables
+// follow, then the values the pass keeps per thread.
+struct mtw_engine_frame {
+  uint32_t cursor[kMtwEngineThreads];
+  uint32_t x[kMtwEngineThreads], y[kMtwEngineThreads], z[kMtwEngineThreads];
+  const void* ins[kMtwEngineThreads];
+  void* outs[kMtwEngineThreads];
+  uint32_t sites[];
+};
+
+// One region of the kernel for one thread (engine/emit.py): returns the region the thread
+// goes to next, or kMtwEngineExit.
+typedef uint32_t (*mtw_engine_region)(mtw_group* g, void* const* buffers, char* ctx,
+                                      const char* uniform_in, char* uniform_out, uint32_t i,
+                                      uint32_t x, uint32_t y, uint32_t z);
+// Region `region` for threads first .. first + count - 1 (the pass's dispatcher, a switch
+// over its regions): where they all went next, or kMtwEngineDiverged.
+typedef uint32_t (*mtw_engine_regions)(uint32_t region, mtw_group* g, void* const* buffers,
+                                       char* ctx, const char* uniform_in, char* uniform_out,
+                                       uint32_t first, uint32_t count);
+
+// Runs `region` for every thread in order (x fastest, as thread indices count) and
+// returns where they all went next: a region number, kMtwEngineExit, or
+// kMtwEngineDiverged when they did not all go the same way. (Equal results have equal
+// OR and AND; unequal ones differ in some bit, set in the OR and clear in the AND.)
+MTW_ENGINE_HELPER uint32_t mtw_engine_run(mtw_group* __restrict g,
+                                          void* const* __restrict buffers,
+                                          char* __restrict ctx,
+                                          const char* __restrict uniform_in,
+                                          char* __restrict uniform_out,
+                                          mtw_engine_region region) {
+  const uint32_t tx = g->tg_size[0], ty = g->tg_size[1], tz = g->tg_size[2];
+  uint32_t any = 0, all = 0xFFFFFFFFu;
+  for (uint32_t z = 0; z < tz; ++z)
+    for (uint32_t y = 0; y < ty; ++y) {
+      const uint32_t row = (z * ty + y) * tx;
+      for (uint32_t x = 0; x < tx; ++x) {
+        const uint32_t next = region(g, buffers, ctx, uniform_in, uniform_out, row + x, x, y, z);
+        any |= next;
+        all &= next;
+      }
+    }
+  return any == all ? any : kMtwEngineDiverged;
+}
+
+// The same for the threads first .. first + count - 1 (the lanes of one SIMD-group).
+MTW_ENGINE_HELPER uint32_t mtw_engine_lanes(mtw_group* __restrict g,
+                                            void* const* __restrict buffers,
+                                            char* __restrict ctx,
+                                            const char* __restrict uniform_in,
+                                            char* __restrict uniform_out,
+                                            mtw_engine_region region, uint32_t first,
+                                            uint32_t count) {
+  const mtw_engine_frame* f = reinterpret_cast<const mtw_engine_frame*>(ctx);
+  uint32_t any = 0, all = 0xFFFFFFFFu;
+  for (uint32_t i = first; i < first + count; ++i) {
+    const uint32_t next = region(g, buffers, ctx, uniform_in, uniform_out, i, f->x[i], f->y[i],
+                                 f->z[i]);
+    any |= next;
+    all &= next;
+  }
+  return any == all ? any : kMtwEngineDiverged;
+}
+
+// This worker's context, `bytes` long, set up for the threadgroup `g` with `sites`
+// threadgroup variables.
+MTW_ENGINE_HELPER char* mtw_engine_begin(mtw_group* g, uint64_t bytes, uint32_t sites) {
+  mtw_engine_frame* f = static_cast<mtw_engine_frame*>(mtw_engine_scratch(bytes));
+  const uint32_t tx = g->tg_size[0], ty = g->tg_size[1];
+  for (uint32_t t = 0; t < g->nthreads; ++t) {
+    f->cursor[t] = g->tg_static_bytes;
+    f->x[t] = t % tx;
+    f->y[t] = t / tx % ty;
+    f->z[t] = t / (tx * ty);
+  }
+  for (uint32_t s = 0; s < sites; ++s) f->sites[s] = kMtwEngineUnset;
+  return reinterpret_cast<char*>(f);
+}
+
+[[noreturn]] inline void mtw_engine_diverged() {
+  mtw_engine_fallback("the threads of a threadgroup did not all reach the same barrier or "
+                      "SIMD-group function (some went elsewhere or returned)");
+}
+
+// A kernel without SIMD-group functions: each region for all threads at once, until they
+// return. `uniform_bytes`: the size of a record of uniform values.
+MTW_ENGINE_HELPER void mtw_engine_drive_group(mtw_group* g, void* const* buffers, char* ctx,
+                                              char* uniform_in, char* uniform_out,
+                                              uint64_t uniform_bytes,
+                                              mtw_engine_regions regions) {
+  uint32_t next = 0;
+  while (next != kMtwEngineExit) {
+    next = regions(next, g, buffers, ctx, uniform_in, uniform_out, 0, g->nthreads);
+    if (next == kMtwEngineDiverged) mtw_engine_diverged();
+    __builtin_memcpy(uniform_in, uniform_out, uniform_bytes);
+  }
+}
+
+// A kernel with SIMD-group functions (`combines[k]`: the function that completes sync
+// point k, null for a threadgroup barrier). Each SIMD-group runs region after region,
+// completing its SIMD-group functions itself, until it reaches a barrier; when every
+// SIMD-group waits at the same one, all go on after it. Each SIMD-group has its own
+// records of uniform values, as it may be ahead of the others.
+MTW_ENGINE_HELPER void mtw_engine_drive_simd(mtw_group* g, void* const* buffers, char* ctx,
+                                             char* uniform_in, char* uniform_out,
+                                             uint64_t uniform_bytes,
+                                             mtw_engine_regions regions,
+                                             const mtw_combine_fn* combines) {
+  mtw_engine_frame* f = reinterpret_cast<mtw_engine_frame*>(ctx);
+  const uint32_t n = g->nthreads, groups = (n + MTW_SIMD_WIDTH - 1) / MTW_SIMD_WIDTH;
+  uint32_t start = 0;
+  while (start != kMtwEngineExit) {
+    uint32_t stop = kMtwEngineUnset;
+    for (uint32_t sg = 0; sg < groups; ++sg) {
+      const uint32_t first = sg * MTW_SIMD_WIDTH;
+      const uint32_t count = n - first < MTW_SIMD_WIDTH ? n - first : MTW_SIMD_WIDTH;
+      const uint32_t active = count == 32 ? 0xFFFFFFFFu : (1u << count) - 1;
+      char* in = uniform_in + sg * uniform_bytes;
+      char* out = uniform_out + sg * uniform_bytes;
+      uint32_t next = start;
+      for (;;) {
+        next = regions(next, g, buffers, ctx, in, out, first, count);
+        if (next == kMtwEngineDiverged) mtw_engine_diverged();
+        __builtin_memcpy(in, out, uniform_bytes);
+        if (next == kMtwEngineExit || !combines[next - 1]) break;
+        combines[next - 1](f->ins + first, f->outs + first, active);
+      }
+      if (sg && next != stop) mtw_engine_diverged();
+      stop = next;
+    }
+    start = stop;
+  }
+}
+
+MTW_ENGINE_HELPER void mtw_engine_end(mtw_group* g) {
+  g->next_thread = g->done = g->nthreads;
+}
+
+// A threadgroup variable, as the runtime's mtw_threadgroup_alloc places it: each thread
+// bumps its own cursor. The address is then kept once per threadgroup, so every thread
+// must get the same offset at the same `site`; one that does not sends the dispatch back
+// to the fiber engine. Over the budget, the kernel traps, and the fiber engine reports it.
+MTW_ENGINE_HELPER void* mtw_engine_tg_alloc(mtw_group* g, char* ctx, uint32_t i, uint32_t site,
+                                            uint32_t size, uint32_t align) {
+  mtw_engine_frame* f = reinterpret_cast<mtw_engine_frame*>(ctx);
+  const uint32_t offset = (f->cursor[i] + align - 1) & ~(align - 1);
+  const uint64_t end = uint64_t(offset) + size;
+  if (end > g->tg_memory_size) __builtin_trap();
+  f->cursor[i] = uint32_t(end);
+  if (end > g->tg_memory_used) g->tg_memory_used = uint32_t(end);
+  if (f->sites[site] == kMtwEngineUnset) f->sites[site] = offset;
+  else if (f->sites[site] != offset)
+    mtw_engine_fallback("threads placed a threadgroup variable at different offsets");
+  return g->tg_memory + offset;
+}
+
+// The runtime looks this entry up in every kernel library; the engine's runs whole
+// threadgroups through mtw_entry_barrier_free only.
+extern "C" __attribute__((visibility("default"))) void mtw_entry(mtw_group*, void* const*) {
+  mtw_engine_fallback("the fast engine's library has no per-thread entry");
+}

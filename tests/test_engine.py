@@ -1,0 +1,239 @@
+"""The emulator's fast engine, as a kernel author meets it: which engine ran (and why),
+the same bytes as the fiber engine, and the way back to fibers where threads of a group
+do not reach the same barrier, the kernel faults or goes over its threadgroup memory.
+
+The kernels run in this process (isolate=False): $MTWORK_SIM_ENGINE, set per test, is
+read where the dispatch runs.
+"""
+
+from __future__ import annotations
+
+import mlx.core as mx
+import numpy as np
+import pytest
+
+import mtwork
+from mtwork.backends.sim import engine as sim_engine
+from mtwork.backends.sim.engine import EngineMismatch
+from mtwork.errors import KernelFault, ThreadgroupMemoryError
+
+RNG = np.random.default_rng(7)
+
+TREE_SUM = """
+    threadgroup float partial[256];
+    uint t = thread_position_in_threadgroup.x;
+    partial[t] = inp[thread_position_in_grid.x];
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    for (uint s = 128; s > 0; s >>= 1) {
+        if (t < s) partial[t] += partial[t + s];
+        threadgroup_barrier(mem_flags::mem_threadgroup);
+    }
+    if (t == 0) out[threadgroup_position_in_grid.x] = partial[0];
+"""
+
+# Per SIMD-group sums into threadgroup memory, then SIMD-group 0 alone sums those: a
+# SIMD-group function only some SIMD-groups reach, between barriers.
+TWO_LEVEL_SUM = """
+    threadgroup float sums[8];
+    uint t = thread_index_in_threadgroup;
+    float v = simd_sum(inp[thread_position_in_grid.x]);
+    if (thread_index_in_simdgroup == 0) sums[simdgroup_index_in_threadgroup] = v;
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    if (simdgroup_index_in_threadgroup == 0) {
+        float w = thread_index_in_simdgroup < 8 ? sums[thread_index_in_simdgroup] : 0.0f;
+        w = simd_sum(w);
+        if (t == 0) out[threadgroup_position_in_grid.x] = w;
+    }
+"""
+
+
+def call(kernel: mtwork.MetalKernel, x: np.ndarray, groups: int, threads: int = 256,
+         **extra) -> np.ndarray:
+    (out,) = kernel(inputs=[mx.array(x)], grid=(x.size, 1, 1), threadgroup=(threads, 1, 1),
+                    output_shapes=[(groups,)], output_dtypes=[mx.float32], isolate=False,
+                    **extra)
+    return np.array(out)
+
+
+@pytest.fixture
+def engine(monkeypatch: pytest.MonkeyPatch):
+    """Sets $MTWORK_SIM_ENGINE for the test."""
+    return lambda mode: monkeypatch.setenv("MTWORK_SIM_ENGINE", mode)
+
+
+def test_a_kernel_with_barriers_runs_on_the_fast_engine(engine) -> None:
+    x = RNG.standard_normal(64 * 256).astype(np.float32)
+    kernel = mtwork.metal_kernel("engine_tree", ["inp"], ["out"], TREE_SUM)
+    engine("fibers")
+    reference = call(kernel, x, 64)
+    assert kernel.last_engine.name == "fibers"
+    assert kernel.last_engine.reason == "$MTWORK_SIM_ENGINE=fibers"
+    engine("fast")
+    fast = call(kernel, x, 64)
+    assert kernel.last_engine.name == "fast" and kernel.last_engine.reason is None
+    assert fast.tobytes() == reference.tobytes()
+    np.testing.assert_allclose(fast, x.reshape(64, 256).astype(np.float64).sum(1), rtol=1e-5,
+                               atol=1e-5)
+
+
+def test_simd_group_functions_some_simdgroups_reach(engine) -> None:
+    engine("compare")  # the fiber engine runs it again and the bytes must agree
+    x = RNG.standard_normal(32 * 256).astype(np.float32)
+    kernel = mtwork.metal_kernel("engine_two_level", ["inp"], ["out"], TWO_LEVEL_SUM)
+    out = call(kernel, x, 32)
+    assert kernel.last_engine.name == "fast"
+    assert kernel.last_engine.reason == "compared with fibers"
+    np.testing.assert_allclose(out, x.reshape(32, 256).astype(np.float64).sum(1), rtol=1e-5,
+                               atol=1e-5)
+
+
+def test_compare_mode_names_the_first_difference(engine) -> None:
+    # Tickets handed out by an atomic counter depend on the order threads run in, which
+    # differs between the engines (on the GPU, from run to run): compare mode sees it.
+    engine("compare")
+    kernel = mtwork.metal_kernel("engine_tickets", ["inp"], ["out"], """
+        threadgroup atomic_uint counter;
+        if (thread_index_in_threadgroup == 0)
+            atomic_store_explicit(&counter, 0u, memory_order_relaxed);
+        threadgroup_barrier(mem_flags::mem_threadgroup);
+        out[thread_position_in_grid.x] = float(
+            atomic_fetch_add_explicit(&counter, 1u, memory_order_relaxed) + inp[0]);
+    """)
+    with pytest.raises(EngineMismatch, match=r"`engine_tickets`: buffer 1 differs .* first at"):
+        kernel(inputs=[mx.zeros((1,))], grid=(256, 1, 1), threadgroup=(256, 1, 1),
+               output_shapes=[(256,)], output_dtypes=[mx.float32], isolate=False)
+
+
+EARLY_RETURN = """
+    threadgroup float tile[256];
+    uint t = thread_position_in_threadgroup.x, i = thread_position_in_grid.x;
+    if (i >= n[0]) return;
+    tile[t] = inp[i];
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    out[i] = tile[t] + tile[t ^ 1];
+"""
+
+
+def test_threads_that_return_before_a_barrier_send_the_kernel_to_fibers(engine) -> None:
+    # Threads past the end return before the barrier; on Apple GPUs the others still go
+    # through it (the fiber engine follows), which the fast engine does not model.
+    engine("fast")
+    kernel = mtwork.metal_kernel("engine_early_return", ["inp", "n"], ["out"], EARLY_RETURN)
+    x = RNG.standard_normal(512).astype(np.float32)
+
+    def run(n: int) -> np.ndarray:
+        (out,) = kernel(inputs=[mx.array(x), mx.array([n], dtype=mx.uint32)],
+                        grid=(512, 1, 1), threadgroup=(256, 1, 1), output_shapes=[(512,)],
+                        output_dtypes=[mx.float32], init_value=0, isolate=False)
+        return np.array(out)
+
+    full = run(512)  # every thread reaches the barrier
+    assert kernel.last_engine.name == "fast"
+    np.testing.assert_array_equal(full, x + x.reshape(-1, 2)[:, ::-1].reshape(-1))
+    part = run(300)
+    assert kernel.last_engine.name == "fibers"
+    assert "did not all reach the same barrier" in kernel.last_engine.reason
+    np.testing.assert_array_equal(part[:300], full[:300])
+    np.testing.assert_array_equal(part[300:], 0)
+    run(512)  # remembered: no fast attempt again
+    assert kernel.last_engine.name == "fibers"
+    assert kernel.last_engine.reason.endswith("it runs on fibers from now on")
+
+
+def test_a_fault_is_reported_by_the_fiber_engine(engine) -> None:
+    engine("fast")
+    kernel = mtwork.metal_kernel("engine_fault", ["inp"], ["out"], """
+        threadgroup float tile[64];
+        uint t = thread_position_in_threadgroup.x;
+        tile[t] = inp[thread_position_in_grid.x];
+        threadgroup_barrier(mem_flags::mem_threadgroup);
+        device float* nowhere = (device float*)(ulong(tile[0] == tile[0]) * 16);
+        if (t == 5) nowhere[t] = 1.0f;
+        out[thread_position_in_grid.x] = tile[63 - t];
+    """)
+    with pytest.raises(KernelFault, match=r"thread_position_in_threadgroup \(5,0,0\)"):
+        call(kernel, np.ones(64, np.float32), 64, threads=64)
+
+
+def test_threadgroup_memory_over_budget_is_reported_as_on_fibers(engine) -> None:
+    engine("fast")
+    kernel = mtwork.metal_kernel("engine_big_tile", ["inp"], ["out"], """
+        threadgroup float tile[9000];
+        tile[thread_position_in_threadgroup.x] = inp[thread_position_in_grid.x];
+        threadgroup_barrier(mem_flags::mem_threadgroup);
+        out[thread_position_in_grid.x] = tile[0];
+    """)
+    with pytest.raises(ThreadgroupMemoryError, match="over budget"):
+        call(kernel, np.ones(64, np.float32), 64, threads=64)
+
+
+def test_a_kernel_the_pass_cannot_take_says_why(engine) -> None:
+    # A computed goto (a GNU extension clang accepts) keeps clang from inlining the kernel
+    # into the per-thread entry, so the pass cannot see where its barriers are.
+    engine("fast")
+    kernel = mtwork.metal_kernel("engine_computed_goto", ["inp"], ["out"], """
+        threadgroup float tile[32];
+        uint t = thread_position_in_threadgroup.x;
+        void* const targets[2] = {&&even, &&odd};
+        goto *targets[uint(inp[t]) % 2];
+      odd:
+        tile[t] = inp[t] * 2.0f;
+        goto done;
+      even:
+        tile[t] = inp[t];
+      done:
+        threadgroup_barrier(mem_flags::mem_threadgroup);
+        out[t] = tile[31 - t];
+    """)
+    x = np.arange(32, dtype=np.float32)
+    out = call(kernel, x, 32, threads=32)
+    assert kernel.last_engine.name == "fibers"
+    assert kernel.last_engine.reason.startswith("the fast engine cannot run this kernel: "
+                                                "clang did not inline")
+    np.testing.assert_array_equal(out, np.where(np.arange(32) % 2, x * 2, x)[::-1])
+
+
+def test_the_sanitizer_and_the_profiler_run_on_fibers(engine) -> None:
+    engine("fast")
+    kernel = mtwork.metal_kernel("engine_sanitized", ["inp"], ["out"], TREE_SUM)
+    call(kernel, np.ones(256, np.float32), 1, sanitize="report")
+    assert kernel.last_engine.name == "fibers"
+    assert "sanitizer" in kernel.last_engine.reason
+    out = call(kernel, np.ones(256, np.float32), 1, profile=True)
+    assert kernel.last_engine.name == "fibers"
+    assert kernel.last_engine.reason == "the profiler counts kernels on the fiber engine"
+    assert out[0] == 256
+
+
+def test_auto_builds_the_fast_library_once_fibers_took_as_long_as_a_build(
+        engine, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Small dispatches (tests') never pay for the fast engine's build; a kernel whose
+    calls have taken BUILD_AFTER_SECONDS on fibers gets it."""
+    engine("auto")
+    x = RNG.standard_normal(4 * 256).astype(np.float32)
+    kernel = mtwork.metal_kernel("engine_lazy", ["inp"], ["out"],
+                                 TREE_SUM.replace("partial", "lazy"))
+    reference = call(kernel, x, 4)
+    assert kernel.last_engine.name == "fibers"
+    assert "once its calls have taken 1 s on fibers" in kernel.last_engine.reason
+    monkeypatch.setattr(sim_engine, "BUILD_AFTER_SECONDS", 0.0)
+    fast = call(kernel, x, 4)
+    assert kernel.last_engine.name == "fast"
+    assert fast.tobytes() == reference.tobytes()
+
+
+def test_a_kernel_that_never_blocks_runs_as_plain_loops(engine) -> None:
+    engine("fast")
+    kernel = mtwork.metal_kernel("engine_twice", ["inp"], ["out"],
+                                 "uint i = thread_position_in_grid.x; out[i] = 2.0f * inp[i];")
+    out = call(kernel, np.arange(64, dtype=np.float32), 64, threads=32)
+    assert kernel.last_engine.name == "loops"
+    np.testing.assert_array_equal(out, 2 * np.arange(64))
+
+
+def test_an_unknown_engine_is_refused_by_name(engine) -> None:
+    engine("turbo")
+    kernel = mtwork.metal_kernel("engine_refused_mode", ["inp"], ["out"], TREE_SUM)
+    with pytest.raises(ValueError, match=r"MTWORK_SIM_ENGINE must be one of auto, fast, "
+                                         r"fibers, compare, got 'turbo'"):
+        call(kernel, np.ones(256, np.float32), 1)

@@ -1,0 +1,225 @@
+"""The fast engine's pass on small hand-written IR: regions, uniformity, what is kept
+across barriers and how, and which kernels may see their threads diverge."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pytest
+
+from mtwork.backends.sim.engine.cfg import Liveness
+from mtwork.backends.sim.engine.ir import IRError, parse_module
+from mtwork.backends.sim.engine.regions import Regions, canonical, form_regions
+from mtwork.backends.sim.engine.slots import Kind, Plan, plan
+from mtwork.backends.sim.engine.transform import _may_diverge, transform
+from mtwork.backends.sim.engine.uniformity import Uniformity, analyse, invariant_loads
+
+HEADER = "define void @mtw_engine_thread(ptr %0, ptr %1, i32 %2, i32 %3, i32 %4, i32 %5) #0 {"
+FOOTER = "}\nattributes #0 = { nounwind }\ndeclare void @mtw_threadgroup_barrier(i32)\n"
+
+# for (s = 128; s > 0; s >>= 1) { if (x < s) tile[x] += 1; barrier; }  then out[x] = s
+TREE = """
+  %tile = load ptr, ptr %1
+  br label %head
+
+head:
+  %s = phi i32 [ 128, %6 ], [ %next, %latch ]
+  %low = icmp ult i32 %3, %s
+  br i1 %low, label %add, label %latch
+
+add:
+  %x64 = zext i32 %3 to i64
+  %p = getelementptr float, ptr %tile, i64 %x64
+  %v = load float, ptr %p
+  %w = fadd float %v, 1.0
+  store float %w, ptr %p
+  br label %latch
+
+latch:
+  call void @mtw_threadgroup_barrier(i32 2)
+  %next = lshr i32 %s, 1
+  %more = icmp ne i32 %next, 0
+  br i1 %more, label %head, label %done
+
+done:
+  %sf = uitofp i32 %s to float
+  store float %sf, ptr %tile
+  ret void
+"""
+
+
+@dataclass
+class Analysed:
+    regions: Regions
+    uniformity: Uniformity
+    plan: Plan
+    names: dict[str, str]  # the test's value names -> canonical names
+
+    def kind(self, name: str) -> Kind:
+        return self.plan.kinds[self.names[name]]
+
+    def uniform(self, name: str) -> bool:
+        return self.uniformity.uniform(self.names[name])
+
+
+def analysed(body: str) -> Analysed:
+    module = parse_module(f"{HEADER}\n{body}\n{FOOTER}")
+    original = module.functions["@mtw_engine_thread"]
+    function = canonical(original)
+    names = {}
+    for before, after in zip(original.blocks, function.blocks):
+        for a, b in zip(before.instructions, after.instructions):
+            if a.result:
+                names[a.result[1:]] = b.result
+    regions = form_regions(function)
+    liveness = Liveness.of(regions.function, regions.graph)
+    roots = ("%g", "%buffers")
+    uniformity = analyse(regions.function, regions.graph, ("%i", "%x", "%y", "%z"), roots,
+                         frozenset())
+    return Analysed(regions, uniformity,
+                    plan(regions, liveness, uniformity, invariant_loads(regions.function, roots)),
+                    names)
+
+
+def test_a_barrier_in_a_loop_makes_three_regions_sharing_the_loop() -> None:
+    a = analysed(TREE)
+    assert len(a.regions.syncs) == 1
+    entry, after = a.regions.regions[0], a.regions.regions[1]
+    assert entry.exits == [0] and after.exits == [0]
+    # After the barrier threads go round the loop again or leave it: the loop's header
+    # and body are in both regions, copied into each.
+    head = next(b.name for b in a.regions.function.blocks if any(
+        i.result == a.names["s"] for i in b.instructions))
+    assert head in entry.blocks and head in after.blocks
+    assert any(a.regions.function.block_map()[b].terminator.opcode == "ret"
+               for b in after.blocks)
+
+
+def test_a_loop_counter_is_uniform_while_the_thread_index_is_not() -> None:
+    a = analysed(TREE)
+    assert a.uniform("s") and a.uniform("next") and a.uniform("tile")
+    assert not a.uniform("low") and not a.uniform("x64") and not a.uniform("v")
+    # Kept once per threadgroup across the barrier; the buffer read from the table is
+    # loaded again after it.
+    assert a.kind("s") is Kind.UNIFORM
+    assert a.kind("tile") is Kind.RECOMPUTED
+    assert not _may_diverge(a.regions, a.uniformity.divergent_blocks)
+
+
+def test_a_phi_where_a_divergent_branch_joins_is_divergent() -> None:
+    a = analysed("""
+  %odd = and i32 %3, 1
+  %c = icmp eq i32 %odd, 0
+  br i1 %c, label %even, label %join
+
+even:
+  br label %join
+
+join:
+  %k = phi i32 [ 1, %even ], [ 2, %6 ]
+  call void @mtw_threadgroup_barrier(i32 2)
+  %t = load ptr, ptr %1
+  store i32 %k, ptr %t
+  ret void
+""")
+    assert not a.uniform("k")
+    assert a.kind("k") is Kind.THREAD
+
+
+def test_a_loop_threads_leave_at_different_times_has_a_divergent_counter() -> None:
+    a = analysed("""
+  br label %head
+
+head:
+  %n = phi i32 [ 0, %6 ], [ %n1, %head ]
+  %n1 = add i32 %n, 1
+  %again = icmp ult i32 %n1, %3
+  br i1 %again, label %head, label %out
+
+out:
+  call void @mtw_threadgroup_barrier(i32 2)
+  %t = load ptr, ptr %1
+  store i32 %n1, ptr %t
+  ret void
+""")
+    assert not a.uniform("n") and not a.uniform("n1")
+
+
+def test_values_computed_from_the_thread_position_are_recomputed_not_kept() -> None:
+    a = analysed("""
+  %t = load ptr, ptr %1
+  %x64 = zext i32 %3 to i64
+  %p = getelementptr float, ptr %t, i64 %x64
+  %v = load float, ptr %p
+  call void @mtw_threadgroup_barrier(i32 2)
+  store float %v, ptr %p
+  ret void
+""")
+    assert a.kind("p") is Kind.RECOMPUTED  # from the buffer table and x, again
+    assert a.kind("v") is Kind.THREAD  # a load of device memory: kept per thread
+    after_barrier = a.plan.stored_at[0]
+    assert after_barrier == [a.names["v"]]
+
+
+ALLOCAS = """
+  %kept = alloca [4 x float], align 16
+  %scratch = alloca [4 x float], align 16
+  call void @llvm.lifetime.start.p0(ptr %scratch)
+  store float 1.0, ptr %scratch
+  call void @llvm.lifetime.end.p0(ptr %scratch)
+  store float 2.0, ptr %kept
+  call void @mtw_threadgroup_barrier(i32 2)
+  call void @llvm.lifetime.start.p0(ptr %scratch)
+  %a = load float, ptr %kept
+  store float %a, ptr %scratch
+  call void @llvm.lifetime.end.p0(ptr %scratch)
+  ret void
+"""
+
+
+def test_an_array_dead_at_every_barrier_stays_private() -> None:
+    a = analysed(ALLOCAS)
+    assert a.kind("kept") is Kind.CONTEXT_ALLOCA  # written before, read after
+    assert a.kind("scratch") is Kind.PRIVATE_ALLOCA  # outside its lifetime at the barrier
+
+
+def test_threads_returning_before_a_barrier_may_diverge() -> None:
+    a = analysed("""
+  %c = icmp ult i32 %2, 100
+  br i1 %c, label %work, label %leave
+
+work:
+  call void @mtw_threadgroup_barrier(i32 2)
+  br label %leave
+
+leave:
+  ret void
+""")
+    assert _may_diverge(a.regions, a.uniformity.divergent_blocks)
+
+
+def test_a_kernel_without_a_per_thread_entry_is_refused() -> None:
+    with pytest.raises(IRError, match="has no mtw_engine_thread"):
+        transform("define void @f() {\n  ret void\n}\n")
+
+
+def test_a_switch_keeps_every_case_as_a_successor() -> None:
+    module = parse_module(f"""{HEADER}
+  switch i32 %3, label %d [
+    i32 0, label %a
+    i32 1, label %b
+  ]
+
+a:
+  ret void
+
+b:
+  ret void
+
+d:
+  ret void
+{FOOTER}""")
+    block = module.functions["@mtw_engine_thread"].blocks[0]
+    assert block.successors() == ["%d", "%a", "%b"]
+    again = parse_module(module.text()).functions["@mtw_engine_thread"].blocks[0]
+    assert again.successors() == ["%d", "%a", "%b"]
