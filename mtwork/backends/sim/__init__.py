@@ -24,7 +24,7 @@ from ...dispatch import Completion, Dispatch, Engine, Fresh, Program
 from ...errors import KernelFault, KernelTimeout
 from ...sanitizer import SanitizerError
 from ...toolchain import clang
-from . import compiler, findings, profiling, runtime
+from . import abi, compiler, findings, profiling, runtime
 from .engine import Engines, FastLibrary, check_same
 from .instrument import Table
 from .isolation import Isolated, isolate_by_default
@@ -239,7 +239,7 @@ class SimBackend:
                           counters)
 
     def _run(self, program: Program, library: runtime.KernelLibrary, memory: Memory,
-             call: Dispatch, barrier_free: bool, sanitizing: runtime.Sanitizing | None) -> int:
+             call: Dispatch, barrier_free: bool, sanitizing: abi.Sanitizing | None) -> int:
         """Runs the dispatch on `library`; time on the fiber engine (not barrier-free, not
         sanitized) counts toward building the kernel's fast library."""
         geometry = call.geometry
@@ -254,7 +254,7 @@ class SimBackend:
         return used
 
     def _raise_with_report(self, program: Program, compiled: _Compiled,
-                           sanitizing: runtime.Sanitizing, memory: Memory,
+                           sanitizing: abi.Sanitizing, memory: Memory,
                            fault: KernelFault) -> None:
         """A sanitized kernel that faulted has no outputs: its report, with the fault
         unless a finding already stands for it, is the error."""

@@ -19,7 +19,7 @@ from ...buffers import byte_span
 from ...dispatch import Program
 from ...errors import KernelDeadlock, KernelFault, ThreadgroupMemoryError
 from ...sanitizer import Finding, SanitizerReport
-from . import runtime
+from . import abi, runtime
 from .memory import Memory
 from .places import Places
 from .symbolizer import symbolize
@@ -32,10 +32,10 @@ def _buffer_params(program: Program) -> list:
     return [p for p in program.params if p.kind == "buffer"]
 
 
-def describe_buffers(memory: Memory) -> runtime.Sanitizing:
+def describe_buffers(memory: Memory) -> abi.Sanitizing:
     """What the runtime checks accesses against: every buffer, and the pointer table."""
     params = [p for p in _buffer_params(memory.program) if p.index in memory.arrays]
-    infos = (runtime.BufferInfo * (len(params) + 1))()
+    infos = (abi.BufferInfo * (len(params) + 1))()
     shadows: list[np.ndarray] = []
     for info, p in zip(infos, params):
         arr = memory.arrays[p.index]
@@ -45,20 +45,20 @@ def describe_buffers(memory: Memory) -> runtime.Sanitizing:
         info.name = p.name.encode()
         kind = memory.kind(p)
         if kind in ("fresh", "writable"):
-            info.kind = runtime.BUFFER_OUTPUT
+            info.kind = abi.BUFFER_OUTPUT
             shadow = np.zeros(max(1, hi - lo), dtype=np.uint8)
             shadows.append(shadow)
             info.written = shadow.ctypes.data
         else:
-            info.kind = runtime.BUFFER_INPUT if kind == "input" else runtime.BUFFER_INTERNAL
+            info.kind = abi.BUFFER_INPUT if kind == "input" else abi.BUFFER_INTERNAL
             shadows.append(np.zeros(0, dtype=np.uint8))
     table = infos[len(params)]
     table.base = ctypes.addressof(memory.table)
     table.size = ctypes.sizeof(memory.table)
     table.element_size = 8
-    table.kind = runtime.BUFFER_INTERNAL
+    table.kind = abi.BUFFER_INTERNAL
     table.name = b"<buffer table>"
-    return runtime.Sanitizing(infos, (runtime.Finding * 256)(), shadows=shadows,
+    return abi.Sanitizing(infos, (abi.Finding * 256)(), shadows=shadows,
                               names=[p.name for p in params], indices=[p.index for p in params])
 
 
@@ -77,14 +77,14 @@ _OTHERS = {"RACE": "", "SIMD_DIVERGENCE": "elsewhere",
 class _Reader:
     """Turns the runtime's records of one dispatch into `Finding`s."""
 
-    def __init__(self, name: str, tu: Translation, library_path, sanitizing: runtime.Sanitizing,
+    def __init__(self, name: str, tu: Translation, library_path, sanitizing: abi.Sanitizing,
                  memory: Memory) -> None:
         self.name, self.sanitizing, self.memory = name, sanitizing, memory
         offsets = [o for f in sanitizing.found for o in (f.pc, *f.callers) if o]
         self.places = Places(tu, symbolize(library_path, offsets))
-        self.kinds = {k.code: k for k in runtime.finding_kinds().values()}
+        self.kinds = {k.code: k for k in abi.finding_kinds().values()}
 
-    def finding(self, f: runtime.Finding) -> Finding:
+    def finding(self, f: abi.Finding) -> Finding:
         kind = self.kinds.get(f.kind)
         name = kind.name if kind else ""
         stack = self.places.stack([f.pc, *f.callers])
@@ -100,7 +100,7 @@ class _Reader:
             fields |= self._memory(f, name)
         return Finding(**fields)
 
-    def _memory(self, f: runtime.Finding, name: str) -> dict:
+    def _memory(self, f: abi.Finding, name: str) -> dict:
         s = self.sanitizing
         where, element = "", None
         if f.buffer >= 0:
@@ -119,7 +119,7 @@ class _Reader:
                                       else _OTHERS[name])
         return fields
 
-    def _array_index(self, f: runtime.Finding, stack) -> dict:
+    def _array_index(self, f: abi.Finding, stack) -> dict:
         s = self.sanitizing
         type_name = s.arrays[f.tg_array][0] if 0 <= f.tg_array < len(s.arrays) else ""
         array = self.places.subscripted(stack)
@@ -128,7 +128,7 @@ class _Reader:
         return dict(where=array or f"{role} array", element=int(f.element),
                     detail=f"{role} array of type {type_name}" if type_name else "")
 
-    def _inactive_lane(self, f: runtime.Finding) -> dict:
+    def _inactive_lane(self, f: abi.Finding) -> dict:
         exists = tuple(f.other) != (0xFFFFFFFF,) * 3
         state = ("is inactive (it has returned, or waits at a barrier or another SIMD-group "
                  "function)" if exists else "does not exist (the SIMD-group is partial)")
@@ -137,7 +137,7 @@ class _Reader:
                            "result undefined")
 
 
-def report(name: str, tu: Translation, library_path, sanitizing: runtime.Sanitizing,
+def report(name: str, tu: Translation, library_path, sanitizing: abi.Sanitizing,
            memory: Memory, finished: bool = True) -> SanitizerReport:
     """The findings of one sanitized dispatch (and, when it finished, unwritten outputs)."""
     reader = _Reader(name, tu, library_path, sanitizing, memory)
@@ -158,7 +158,7 @@ def _merged(findings: Iterable[Finding]) -> list[Finding]:
 
 
 def _unwritten_outputs(name: str, memory: Memory,
-                       sanitizing: runtime.Sanitizing) -> list[Finding]:
+                       sanitizing: abi.Sanitizing) -> list[Finding]:
     """Fresh buffers without a fill that have elements the kernel never wrote."""
     found = []
     fresh = {p.index: p for p in _buffer_params(memory.program) if memory.kind(p) == "fresh"}
@@ -171,7 +171,7 @@ def _unwritten_outputs(name: str, memory: Memory,
         missing = np.flatnonzero(~per_element)
         if missing.size:
             found.append(Finding(
-                kind=runtime.finding_kinds()["UNWRITTEN_OUTPUT"].text, kernel=name,
+                kind=abi.finding_kinds()["UNWRITTEN_OUTPUT"].text, kernel=name,
                 where=p.name,
                 element=int(missing[0]), access="write", count=int(missing.size),
                 detail=f"{missing.size} of {buf.size} elements unwritten and no init_value",

@@ -27,7 +27,7 @@ from ...dispatch import Geometry, Sources
 from ...errors import EmulatorUnavailable
 from ...gpu.catalog import default_gpu
 from ...gpu.counters import BufferTraffic, Counters, LaneOps, SimdOps, SourceLine
-from . import runtime
+from . import abi, runtime
 from .compiler import runtime_library
 from .instrument import Table, author_place
 from .memory import Memory
@@ -100,13 +100,13 @@ def _buffers(memory: Memory) -> tuple[ctypes.Array, list[str]]:
     passes them as buffers), for the runtime to tell accesses apart."""
     params = [p for p in memory.program.params
               if p.kind == "buffer" and p.index in memory.arrays and memory.arrays[p.index].size]
-    infos = (runtime.BufferInfo * max(1, len(params)))()
+    infos = (abi.BufferInfo * max(1, len(params)))()
     for info, p in zip(infos, params):
         arr = memory.arrays[p.index]
         lo, hi = byte_span(arr)
         info.base, info.size = lo, hi - lo
         info.element_size = max(1, arr.itemsize)
-        info.kind = runtime.BUFFER_INPUT
+        info.kind = abi.BUFFER_INPUT
         info.name = p.name.encode()
     return infos, [p.name for p in params]
 

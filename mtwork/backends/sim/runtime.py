@@ -7,7 +7,7 @@ import math
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
@@ -21,9 +21,14 @@ from ...errors import (
     ThreadgroupMemoryError,
 )
 from ...limits import MAX_THREADS_PER_THREADGROUP, THREADGROUP_MEMORY_BYTES
-from .compiler import runtime_library
+from .abi import (
+    LaunchRecord,
+    LiveThreadRecord,
+    Sanitizing,
+    runtime_handle,
+    runtime_loaded,
+)
 
-ABI_VERSION = 4
 DEFAULT_TIMEOUT_S = 120.0
 # Metal takes a grid as three 32-bit counts (MTLDispatchThreadsIndirectArguments'
 # threadsPerGrid is (UInt32, UInt32, UInt32); thread_position_in_grid is a uint3).
@@ -44,61 +49,6 @@ class NeedsFibers(Exception):
 
 class SanitizerStop(KernelFault):
     """The sanitizer stopped the kernel before an access that would corrupt memory."""
-
-
-class BufferInfo(ctypes.Structure):
-    _fields_ = [
-        ("base", ctypes.c_uint64),
-        ("size", ctypes.c_uint64),
-        ("element_size", ctypes.c_uint32),
-        ("kind", ctypes.c_uint32),
-        ("name", ctypes.c_char_p),
-        ("written", ctypes.c_void_p),
-    ]
-
-
-BUFFER_INPUT, BUFFER_OUTPUT, BUFFER_INTERNAL = 0, 1, 2
-
-
-class Finding(ctypes.Structure):
-    _fields_ = [
-        ("kind", ctypes.c_uint32),
-        ("write", ctypes.c_uint32),
-        ("buffer", ctypes.c_int32),
-        ("tg_array", ctypes.c_int32),
-        ("element", ctypes.c_int64),
-        ("thread", ctypes.c_uint32 * 3),
-        ("other", ctypes.c_uint32 * 3),
-        ("group", ctypes.c_uint32 * 3),
-        ("other_write", ctypes.c_uint32),
-        ("pc", ctypes.c_uint64),
-        ("count", ctypes.c_uint64),
-        ("callers", ctypes.c_uint64 * 6),  # MTW_FINDING_CALLERS
-    ]
-
-
-@dataclass
-class Sanitizing:
-    """What a sanitized dispatch needs: the buffers and room for findings; after the
-    dispatch, the findings and the threadgroup arrays' names and element sizes."""
-
-    buffers: ctypes.Array
-    findings: ctypes.Array
-    found: list[Finding] = field(default_factory=list)
-    arrays: list[tuple[str, int]] = field(default_factory=list)
-    shadows: list = field(default_factory=list)  # per buffer: written bytes (numpy uint8)
-    names: list[str] = field(default_factory=list)  # per buffer info: the parameter's name
-    indices: list[int] = field(default_factory=list)  # per buffer info: its buffer index
-
-
-class _LiveThread(ctypes.Structure):
-    _fields_ = [
-        ("group", ctypes.c_uint32 * 3),
-        ("thread", ctypes.c_uint32 * 3),
-        ("state", ctypes.c_uint32),
-        ("reserved", ctypes.c_uint32),
-        ("pc", ctypes.c_uint64),
-    ]
 
 
 _LIVE_STATES = ("running", "waiting at threadgroup_barrier", "waiting in a SIMD-group function",
@@ -122,72 +72,6 @@ class LiveThread:
         offset = code_offset(library, self.pc) if library is not None else None
         where = f"{library.path.name}+{offset:#x}" if offset is not None else f"pc {self.pc:#x}"
         return f"{who} {self.state} ({where})"
-
-
-class _Launch(ctypes.Structure):
-    _fields_ = [
-        ("entry", ctypes.c_void_p),
-        ("buffers", ctypes.c_void_p),
-        ("kernel_name", ctypes.c_char_p),
-        ("grid", ctypes.c_uint32 * 3),
-        ("threadgroup", ctypes.c_uint32 * 3),
-        ("tg_memory_limit", ctypes.c_uint32),
-        ("tg_static_bytes", ctypes.c_uint32),
-        ("workers", ctypes.c_uint32),
-        ("barrier_free", ctypes.c_uint32),
-        ("sanitize", ctypes.c_uint32),
-        ("buffer_info", ctypes.c_void_p),
-        ("nbuffers", ctypes.c_uint32),
-        ("max_findings", ctypes.c_uint32),
-        ("findings", ctypes.c_void_p),
-    ]
-
-
-@cache
-def _runtime() -> ctypes.CDLL:
-    lib = ctypes.CDLL(str(runtime_library()), mode=ctypes.RTLD_GLOBAL)
-    lib.mtw_dispatch_start.argtypes = [ctypes.POINTER(_Launch)]
-    lib.mtw_dispatch_start.restype = ctypes.c_int
-    lib.mtw_dispatch_wait.argtypes = [ctypes.c_uint32]
-    lib.mtw_dispatch_wait.restype = ctypes.c_int
-    lib.mtw_dispatch_cancel.argtypes = []
-    lib.mtw_dispatch_message.restype = ctypes.c_char_p
-    lib.mtw_dispatch_live_threads.argtypes = [ctypes.POINTER(_LiveThread), ctypes.c_uint32]
-    lib.mtw_dispatch_live_threads.restype = ctypes.c_uint64
-    lib.mtw_dispatch_tg_memory.restype = ctypes.c_uint32
-    lib.mtw_sanitizer_findings.restype = ctypes.c_uint32
-    lib.mtw_sanitizer_tg_arrays.restype = ctypes.c_uint32
-    lib.mtw_sanitizer_tg_array_name.restype = ctypes.c_char_p
-    lib.mtw_sanitizer_tg_array_name.argtypes = [ctypes.c_uint32]
-    lib.mtw_sanitizer_tg_array_element_size.restype = ctypes.c_uint32
-    lib.mtw_sanitizer_tg_array_element_size.argtypes = [ctypes.c_uint32]
-    for name in ("mtw_finding_kind_name", "mtw_finding_kind_text"):
-        getattr(lib, name).restype = ctypes.c_char_p
-        getattr(lib, name).argtypes = [ctypes.c_uint32]
-    if lib.mtw_abi_version() != ABI_VERSION:
-        raise EmulatorUnavailable("the emulator runtime library does not match this mtwork")
-    return lib
-
-
-@dataclass(frozen=True)
-class FindingKind:
-    """One kind of sanitizer finding, from the runtime's table (MTW_FINDING_KINDS)."""
-
-    code: int
-    name: str  # e.g. "OUT_OF_BOUNDS"
-    text: str  # e.g. "out-of-bounds access"
-
-
-@cache
-def finding_kinds() -> dict[str, FindingKind]:
-    """Every kind of finding, by name."""
-    rt, kinds = _runtime(), {}
-    for code in range(1, 64):
-        name = rt.mtw_finding_kind_name(code)
-        if name:
-            kinds[name.decode()] = FindingKind(code, name.decode(),
-                                               rt.mtw_finding_kind_text(code).decode())
-    return kinds
 
 
 @dataclass(frozen=True)
@@ -214,7 +98,7 @@ def load(path: Path) -> KernelLibrary:
     with _libraries_lock:
         lib = _libraries.get(path)
         if lib is None:
-            _runtime()
+            runtime_handle()
             handle = ctypes.CDLL(str(path), mode=ctypes.RTLD_LOCAL)
             lib = KernelLibrary(
                 path,
@@ -292,8 +176,8 @@ def _checked_geometry(grid: tuple[int, int, int],
 def last_live_threads() -> tuple[int, list[LiveThread]]:
     """Threads that had not finished when the watchdog stopped the last dispatch: how many
     there were, and the first ones recorded."""
-    rt = _runtime()
-    out = (_LiveThread * 64)()
+    rt = runtime_handle()
+    out = (LiveThreadRecord * 64)()
     total = rt.mtw_dispatch_live_threads(out, len(out))
     live = []
     for t in out[: min(total, len(out))]:
@@ -344,9 +228,9 @@ def dispatch(
     limit = default_timeout() if timeout is None else check_timeout(timeout)
     if _checked_geometry(grid, threadgroup) == 0:
         return tg_static_bytes  # no threads: nothing runs
-    rt = _runtime()
+    rt = runtime_handle()
     barrier_free = barrier_free and sanitizing is None  # sanitizing needs thread identities
-    launch = _Launch(
+    launch = LaunchRecord(
         entry=library.entry_barrier_free if barrier_free else library.entry,
         buffers=ctypes.cast(buffers, ctypes.c_void_p).value,
         kernel_name=kernel_name.encode(),
@@ -399,12 +283,12 @@ def dispatch(
 def cancel() -> None:
     """Stops the dispatch running in this process, if any (from any thread): it raises
     `KernelCancelled`."""
-    if _runtime.cache_info().currsize == 0:
+    if not runtime_loaded():
         return  # the runtime was never loaded: nothing runs
     with _cancel_lock:
         if _running.is_set():
             _cancelled.set()
-            _runtime().mtw_dispatch_cancel()
+            runtime_handle().mtw_dispatch_cancel()
 
 
 def _wait(rt: ctypes.CDLL, limit: float) -> tuple[int, bool]:
