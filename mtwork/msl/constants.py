@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import re
 
+from .declarations import constant_declarations
 from .lexing import code_without_directives
-from .signature import constant_declarations
 
 __all__ = ["defined_macro", "function_constant_macros", "rewrite_function_constants",
            "strip_msl_only_syntax", "value_macro"]

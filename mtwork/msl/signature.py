@@ -18,7 +18,6 @@ have no attribute and MLX binds them at 0, 1 and 2).
 
 from __future__ import annotations
 
-import ast
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -26,6 +25,7 @@ from functools import cached_property
 from typing import Literal
 
 from .body import METAL_ATTRIBUTES
+from .declarations import constant_declarations, constant_index
 from .lexing import code_without_directives, line_of, matching, matching_back, split_top_level
 from .types import normalise_type, strip_top_const
 
@@ -36,10 +36,7 @@ __all__ = [
     "KernelParam",
     "KernelSignature",
     "ParsedSource",
-    "ConstantDeclaration",
     "TemplateParam",
-    "constant_declarations",
-    "constant_index",
     "parse_source",
 ]
 
@@ -329,60 +326,6 @@ def _kernels(text: str, mask: str, origin: Origin) -> list[KernelSignature]:
             )
         )
     return kernels
-
-
-_FUNCTION_CONSTANT_ATTRIBUTE = re.compile(
-    r"\[\[\s*function_constant\s*\((?P<index>[^\[\]]*)\)\s*\]\]\s*;")
-_QUALIFIERS = frozenset({"constant", "static", "constexpr", "const", "volatile"})
-
-
-@dataclass(frozen=True)
-class ConstantDeclaration:
-    """Where a program-scope ``... T name [[function_constant(index)]];`` sits in a text:
-    the declaration's start, the attribute's span, the words before it, the index text."""
-
-    start: int
-    attribute: tuple[int, int]  # from `[[` to just before the `;`
-    words: tuple[str, ...]
-    index: str
-
-    @property
-    def name(self) -> str:
-        return self.words[-1]
-
-    @property
-    def type_text(self) -> str:
-        """The declared type: the words before the name that are not qualifiers."""
-        return normalise_type(" ".join(w for w in self.words[:-1] if w not in _QUALIFIERS))
-
-
-def constant_declarations(mask: str) -> list[ConstantDeclaration]:
-    """Every function-constant declaration in `mask` (a `code_mask` of the text)."""
-    found = []
-    for m in _FUNCTION_CONSTANT_ATTRIBUTE.finditer(mask):
-        start = max(mask.rfind(c, 0, m.start()) for c in ";{}") + 1
-        words = tuple(re.findall(r"[A-Za-z_][\w:]*(?:<[^<>;]*>)?", mask[start : m.start()]))
-        if len(words) >= 2:
-            end = m.end() - 1  # the `;` stays
-            found.append(ConstantDeclaration(start, (m.start(), end), words,
-                                             m.group("index").strip()))
-    return found
-
-
-def constant_index(text: str) -> int | None:
-    """The value of an index written as integer arithmetic (``600 + 0``), else None."""
-    try:
-        tree = ast.parse(text, mode="eval")
-    except SyntaxError:
-        return None
-    allowed = (ast.Expression, ast.BinOp, ast.UnaryOp, ast.Constant, ast.operator, ast.unaryop)
-    if not all(isinstance(node, allowed) for node in ast.walk(tree)):
-        return None
-    try:
-        value = eval(compile(tree, "<index>", "eval"), {"__builtins__": {}})
-    except (ArithmeticError, TypeError, ValueError):
-        return None
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 def _function_constants(text: str, mask: str, origin: Origin) -> list[FunctionConstant]:
