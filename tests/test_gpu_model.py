@@ -398,8 +398,8 @@ def test_flash_attention_is_faster_with_eight_simdgroups() -> None:
 def test_packed_gated_delta_is_faster_in_issue_cycles_not_in_line_transactions() -> None:
     # Seed 002: packing eight value rows per SIMD-group is faster on the chip. The counts
     # show it where it comes from, the ALU issue slots: the sequential kernel's two
-    # simd_sum per row and token become two in-lane trees and two shuffles shared by eight
-    # rows. The modelled total does not show it: the eight rows of a SIMD-group read q and
+    # simd_sum per row and token each become an in-lane tree and two shuffles shared by
+    # eight rows. The modelled total does not show it: the eight rows of a SIMD-group read q and
     # k words in as many 128-byte lines per value row as the sequential kernel, and that
     # transaction term bounds both (docs/gpu-model.md).
     seq, packed = (claims.gated_delta(p, steps=64, hv=2) for p in (False, True))
