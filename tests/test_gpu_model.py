@@ -395,15 +395,19 @@ def test_flash_attention_is_faster_with_eight_simdgroups() -> None:
     assert eight.occupancy.simdgroups_per_core == 2 * four.occupancy.simdgroups_per_core
 
 
-def test_packed_gated_delta_moves_as_many_lines_per_value_row() -> None:
-    # The packed kernel's eight rows of a SIMD-group read the same q and k words, element by
-    # element: an eighth of the bytes per access, in as many lines, so the model (bound by
-    # line transactions) sees the sequential kernel's time (docs/gpu-model.md).
+def test_packed_gated_delta_is_faster_in_issue_cycles_not_in_line_transactions() -> None:
+    # Seed 002: packing eight value rows per SIMD-group is faster on the chip. The counts
+    # show it where it comes from, the ALU issue slots: the sequential kernel's two
+    # simd_sum per row and token each become an in-lane tree and two shuffles shared by
+    # eight rows. The modelled total does not show it: the eight rows of a SIMD-group read q and
+    # k words in as many 128-byte lines per value row as the sequential kernel, and that
+    # transaction term bounds both (docs/gpu-model.md).
     seq, packed = (claims.gated_delta(p, steps=64, hv=2) for p in (False, True))
+    assert packed.simd.reductions == 0 < seq.simd.reductions
+    assert claims.issue_cycles(packed) < claims.issue_cycles(seq)
     for name in ("q", "k"):
         a, b = (next(x for x in c.buffers if x.buffer == name) for c in (seq, packed))
-        assert b.transactions == a.transactions and b.distinct_lines == a.distinct_lines
-        assert b.load_bytes * 8 == a.load_bytes
+        assert b.transactions == a.transactions and b.load_bytes < a.load_bytes
     assert estimate(seq, "M5 Max").limiting_term == "memory (transactions)"
 
 
