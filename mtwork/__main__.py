@@ -1,0 +1,7 @@
+"""`python -m mtwork ...`: the `mtwork` command."""
+
+import sys
+
+from .cli import main
+
+sys.exit(main())
