@@ -49,7 +49,8 @@ def agreement():
     """`agreement(kernel, source, actual, expected, reference=..., compile_s=...,
     **diff_options)` measures a kernel's output against its project's reference with
     `mtwork.diff`, prints it, records a conformance row (suite: the package the kernel
-    came from, `source`'s first word; `source` may add its version) and fails the test when it is out of tolerance."""
+    came from, `source`'s first word; `source` may add its version) and fails the test
+    when it is out of tolerance."""
 
     def measure(kernel: str, source: str, actual: Any, expected: Any, *,
                 reference: str = "", compile_s: float | None = None,
@@ -59,8 +60,9 @@ def agreement():
         entry = Agreement(kernel, source, report)
         _RECORDS.append(entry)
         print(f"{kernel} [{source}]: {entry.summary}")
-        record(suite=source.split()[0], kernel=kernel, source=source_text(source), reference=reference,
-               agreement=report, compile_s=compile_s, status="pass" if report.ok else "fail")
+        record(suite=source.split()[0], kernel=kernel, source=source_text(source),
+               reference=reference, agreement=report, compile_s=compile_s,
+               status="pass" if report.ok else "fail")
         if not report.ok:
             pytest.fail(f"{kernel} ({source}) disagrees with its reference:\n{report}")
         return report
