@@ -51,8 +51,12 @@ _LOSSES_RACE = tuple(f"threadgroup memory race in kernel `{k}`, write of `shared
 # kernel_flash_attn_ext_vec zeroes its SIMD-group's scratch with `ss4[i] = 0` for i <
 # SH/4, but SH counts halves and ss4 holds float4s (8 halves): the loop zeroes twice its
 # region, into the next SIMD-group's scratch or the output tile that other lanes zeroed
-# just before (benign on the GPU: every write is a zero).
-_FA_VEC_SCRATCH = ("threadgroup memory race in kernel `kernel_flash_attn_ext_vec_",)
+# just before (benign on the GPU: every write is a zero). With head size 64, lane 16's
+# ss4[16] is lane 0's first output element.
+_FA_VEC_SCRATCH = tuple(
+    f"threadgroup memory race in kernel `kernel_flash_attn_ext_vec_{kv}_dk64_dv64`, thread "
+    f"(16, 0, 0) of threadgroup (0, 0, 0), and thread (0, 0, 0) (write)"
+    for kv in ("f16", "f32", "q8_0"))
 KNOWN_DEFECTS = {
     "test_distillation_losses": _LOSSES_RACE,
     "test_distillation_loss_gradients": _LOSSES_RACE,
