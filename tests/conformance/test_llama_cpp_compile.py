@@ -19,7 +19,7 @@ import pytest
 import mtwork
 from mtwork.errors import CompileError
 
-from .llama_cpp import kernel_files, library
+from .llama_cpp import DEFINES, kernel_files, library, src
 from .llama_cpp_sdist import source_label
 from .report import record, record_unsupported
 
@@ -80,7 +80,7 @@ def compile_all(file: str, names: list[str]) -> list[tuple[str, CompileError]]:
         except CompileError as exc:
             failed.append((name, exc))
             record_unsupported(suite=SUITE, kernel=f"{file}: {name}", source=source_label(),
-                               error=exc)
+                               error=first_error(exc))
     record(suite=SUITE, kernel=f"{file} (every host name compiles)", source=source_label(),
            reference=f"compiled only: {len(names) - len(failed)} of {len(host_names(lib))} "
                      f"host names in this run", agreement=None,
@@ -89,8 +89,16 @@ def compile_all(file: str, names: list[str]) -> list[tuple[str, CompileError]]:
     return failed
 
 
+def first_error(exc: CompileError) -> str:
+    """The compiler's first error line, without the file's path: what a user reads first."""
+    for line in str(exc).splitlines():
+        if "error:" in line:
+            return "CompileError: " + line.split("error:", 1)[1].strip()
+    return f"CompileError: {exc}"
+
+
 def _report(failed: list[tuple[str, CompileError]]) -> str:
-    return "\n".join(f"{n}: {str(e).strip().splitlines()[-1]}" for n, e in failed)
+    return "\n".join(f"{n}: {first_error(e)}" for n, e in failed)
 
 
 # Files whose kernels no test of the default run compiles (the others' tests run their
@@ -111,3 +119,20 @@ def test_first_kernel_of_a_file_compiles(file: str) -> None:
 def test_every_kernel_compiles(file: str) -> None:
     failed = compile_all(file, host_names(library(file)))
     assert not failed, _report(failed)
+
+
+def test_metal4_tensor_build_stops_with_a_named_error() -> None:
+    """llama.cpp's build for GPUs with Metal 4 tensors (GGML_METAL_HAS_TENSOR, set by
+    ggml-metal-device.m where the device has them) is refused with one CompileError that
+    names the feature, recorded as unsupported."""
+    root = src()
+    lib = mtwork.load_metal(root / "ggml-metal" / "kernels" / "mul_mm.metal",
+                            include_dirs=[root / "ggml-metal", root],
+                            defines={**DEFINES, "GGML_METAL_HAS_TENSOR": 1})
+    with pytest.raises(CompileError) as caught:
+        lib.kernel("kernel_mul_mm_f16_f32", constants=constants_of(lib)).compile()
+    error = first_error(caught.value)
+    assert "Metal 4 tensor APIs" in error, error
+    assert str(caught.value).count("error:") == 1, "one error, not a cascade"
+    record_unsupported(suite=SUITE, kernel="mul_mm.metal with GGML_METAL_HAS_TENSOR",
+                       source=source_label(), error=error)
