@@ -6,8 +6,8 @@ compiled with function-constant values the host sets for a common configuration
 (ggml-metal-device.cpp, ``ggml_metal_library_get_pipeline_*``: 4 SIMD-groups, one batch,
 no broadcast, f16 KV of head size 128, ...). A kernel that cannot compile becomes an
 "unsupported" row of the report with the error a user gets; the test requires none. The
-whole library (1066 host names in 0.3.36) is slow; the default run compiles the first kernel of each
-file that its other tests leave uncompiled.
+whole library (1066 host names in 0.3.36) is slow; the default run compiles the first
+kernel of each file that its other tests leave uncompiled.
 """
 
 from __future__ import annotations
