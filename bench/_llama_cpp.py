@@ -1,7 +1,8 @@
 """llama.cpp's q4_0 matrix kernels (mul_mv, mul_mm) from the llama-cpp-python sdist.
 
-The sdist is fetched with pip at bench time and its Metal sources are kept in the user's
-cache folder; nothing of llama.cpp lives in this repository. The kernels are dispatched as
+The sdist is fetched with pip at bench time (the conformance suite's
+tests/conformance/llama_cpp_sdist.py) and its Metal sources are kept in the user's cache
+folder; nothing of llama.cpp lives in this repository. The kernels are dispatched as
 llama.cpp's host code does (ggml/src/ggml-metal/ggml-metal-ops.cpp, ggml_metal_op_mul_mat,
 and the pipeline parameters of ggml-metal-device.cpp): arguments in a struct at
 buffer(0), src0 (the q4_0 weights), src1 (float rows) and dst at buffers 1 to 3, function
@@ -10,22 +11,21 @@ constants at FC_MUL_MV / FC_MUL_MM, threadgroups of (32, nsg, 1).
 
 from __future__ import annotations
 
-import os
 import re
-import subprocess
 import sys
-import tarfile
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-import mtwork
+# The checkout's root on the path: the pinned sources come through the conformance suite's
+# fetcher (one cache for both).
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-SDIST = "llama-cpp-python==0.3.36"
-_GGML = "vendor/llama.cpp/ggml/src"
+import mtwork  # noqa: E402
+from tests.conformance import llama_cpp_sdist  # noqa: E402
+
 QK4_0 = 32
 Q4_0_BYTES = 18  # a float16 scale and 16 bytes of nibbles (ggml-common.h, block_q4_0)
 
@@ -34,44 +34,13 @@ class Unavailable(Exception):
     """The kernel cannot run on the emulator here; the message says why."""
 
 
-def cache_dir() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(base) / "mtwork-bench" / SDIST.replace("==", "-")
-
-
 def ggml_src() -> Path:
-    """ggml/src of the sdist (ggml-metal/ and ggml-common.h), downloaded on first use."""
-    root = cache_dir()
-    if not root.is_dir():
-        root.parent.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryDirectory(dir=root.parent) as tmp:
-            unpacked = Path(tmp) / "unpacked"
-            _unpack(_download(Path(tmp)), unpacked)
-            # Whole or not at all: a run stopped half-way leaves no partial cache.
-            os.replace(unpacked, root)
-    return root / _GGML
-
-
-def _download(folder: Path) -> Path:
-    done = subprocess.run(
-        [sys.executable, "-m", "pip", "download", "--no-binary", ":all:", "--no-deps",
-         "--quiet", SDIST, "-d", str(folder)], capture_output=True, text=True)
-    archives = list(folder.glob("*.tar.gz"))
-    if done.returncode or not archives:
-        raise Unavailable(f"pip download {SDIST} failed: "
-                          f"{(done.stderr or done.stdout).strip()[-300:]}")
-    return archives[0]
-
-
-def _unpack(archive: Path, into: Path) -> None:
-    """Only ggml-metal/ and ggml-common.h of the sdist, at their places under `into`."""
-    with tarfile.open(archive) as tar:
-        top = tar.getnames()[0].split("/")[0]
-        wanted = (f"{top}/{_GGML}/ggml-metal/", f"{top}/{_GGML}/ggml-common.h")
-        members = [m for m in tar.getmembers() if m.name.startswith(wanted)]
-        for m in members:
-            m.name = m.name[len(top) + 1:]
-        tar.extractall(into, members=members, filter="data")
+    """ggml/src of the pinned sdist (ggml-metal/ and ggml-common.h), fetched on first use
+    by tests/conformance/llama_cpp_sdist.py."""
+    try:
+        return llama_cpp_sdist.ggml_src()
+    except llama_cpp_sdist.Unavailable as exc:
+        raise Unavailable(str(exc)) from exc
 
 
 def impl_define(src: Path, name: str) -> int:

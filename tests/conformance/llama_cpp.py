@@ -12,8 +12,6 @@ row of the conformance report.
 
 from __future__ import annotations
 
-import json
-import os
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -36,7 +34,6 @@ from .metal_path import run_both
 __all__ = ["DEFINES", "MAX_THREADS", "Built", "built", "check", "fc", "kernel_files",
            "library", "new", "run", "src"]
 
-SUITE = "llama.cpp"
 # What ggml-metal-device.m passes as MTLCompileOptions.preprocessorMacros on a device that
 # has bfloat (has_tensor is off: Metal 4 tensor kernels are not emulated).
 DEFINES = {"GGML_METAL_HAS_BF16": 1}
@@ -45,7 +42,6 @@ DEFINES = {"GGML_METAL_HAS_BF16": 1}
 MAX_THREADS = 1024
 # Included by the kernel files, not compiled as libraries of their own (CMakeLists.txt).
 _SHARED = ("fa_common.metal", "fa_vec_common.metal")
-_REPORT = Path(__file__).parents[2] / "out" / "conformance" / "llama_cpp.jsonl"
 
 
 def src() -> Path:
@@ -101,9 +97,12 @@ def built(file: str, name: str, constants: Mapping[int, Any] | None = None) -> B
     return _BUILT[key]
 
 
-def new(nbytes: int) -> NewBuffer:
-    """A fresh output buffer of `nbytes` (sim poisons it: unwritten bytes show)."""
-    return mtwork.new_buffer(nbytes, np.uint8)
+def new(nbytes: int, *, scratch: bool = False) -> NewBuffer:
+    """A fresh output buffer of `nbytes` (sim poisons it: unwritten bytes show). A
+    `scratch` buffer is one the host sizes beyond what the kernel writes (rounded up, or
+    reserved for a larger configuration): zero-filled, so its unwritten tail is no
+    finding."""
+    return mtwork.new_buffer(nbytes, np.uint8, fill=0 if scratch else None)
 
 
 def _as_param(k: mtwork.Kernel, index: int, value: Any) -> Any:
@@ -117,7 +116,7 @@ def _as_param(k: mtwork.Kernel, index: int, value: Any) -> Any:
         if info is None:
             return value
         dtype = storage_numpy_dtype(info.dtype)
-        return mtwork.new_buffer(value.shape[0] // dtype.itemsize, dtype)
+        return mtwork.new_buffer(value.shape[0] // dtype.itemsize, dtype, fill=value.fill)
     if not p.is_pointer or info is None or not isinstance(value, np.ndarray):
         return value
     return value.view(storage_numpy_dtype(info.dtype))
@@ -143,34 +142,10 @@ def run(b: Built, buffers: Mapping[int, Any], threadgroups: tuple[int, int, int]
 def check(agreement: Any, b: Built | list[Built], kernel: str, actual: Any, expected: Any,
           reference: str, **options: Any) -> mtwork.DiffReport:
     """Measures `actual` against `expected` (a float64 reference written from the
-    algorithm), records the report's row, and fails the test out of tolerance."""
+    algorithm) through the `agreement` fixture, which records the report's row (suite
+    "llama-cpp-python") with the kernels' compile time, and fails the test out of
+    tolerance."""
     __tracebackhide__ = True
     parts = b if isinstance(b, list) else [b]
-    report = mtwork.diff(actual, expected, name=kernel, **options)
-    record(kernel, reference, _agreement_text(report), sum(p.compile_s for p in parts),
-           "pass" if report.ok else "fail")
-    return agreement(kernel, source_label(), actual, expected, **options)
-
-
-def _agreement_text(r: mtwork.DiffReport) -> str:
-    if r.bitwise:
-        return "bitwise" if r.ok else f"bitwise: {r.n_mismatch}/{r.size} differ"
-    err = "0" if not r.max_abs_err else f"{r.max_abs_err:.2g}"
-    text = f"max abs {err} (atol {r.atol:g}, rtol {r.rtol:g})"
-    return text if r.ok else f"{text}: {r.n_mismatch}/{r.size} out of tolerance"
-
-
-def record(kernel: str, reference: str, agreement: str, compile_s: float,
-           status: str) -> None:
-    """One row of the conformance report (out/conformance/llama_cpp.jsonl, JSON lines;
-    a kernel's earlier row is replaced)."""
-    row = {"suite": SUITE, "kernel": kernel, "source": source_label(), "reference": reference,
-           "agreement": agreement, "compile_s": round(compile_s, 2), "status": status}
-    _REPORT.parent.mkdir(parents=True, exist_ok=True)
-    rows = []
-    if _REPORT.is_file():
-        rows = [r for r in map(json.loads, _REPORT.read_text().splitlines())
-                if r.get("kernel") != kernel]
-    partial = _REPORT.with_suffix(f".{os.getpid()}.partial")
-    partial.write_text("".join(json.dumps(r) + "\n" for r in [*rows, row]))
-    partial.replace(_REPORT)
+    return agreement(kernel, source_label(), actual, expected, reference=reference,
+                     compile_s=round(sum(p.compile_s for p in parts), 2), **options)
