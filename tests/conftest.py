@@ -53,9 +53,10 @@ _LOSSES_RACE = tuple(f"threadgroup memory race in kernel `{k}`, write of `shared
 # region, into the next SIMD-group's scratch or the output tile that other lanes zeroed
 # just before (benign on the GPU: every write is a zero). With head size 64, lane 16's
 # ss4[16] is lane 0's first output element.
+# (Matched up to the threadgroup, which is any.)
 _FA_VEC_SCRATCH = tuple(
     f"threadgroup memory race in kernel `kernel_flash_attn_ext_vec_{kv}_dk64_dv64`, thread "
-    f"(16, 0, 0) of threadgroup (0, 0, 0), and thread (0, 0, 0) (write)"
+    f"(16, 0, 0) of threadgroup "
     for kv in ("f16", "f32", "q8_0"))
 # MLX 0.32.4's own kernels. fft.h: threads past the transform return
 # (`if (read_writer.out_of_bounds()) return;`) before the stages' threadgroup_barriers;
