@@ -4,6 +4,7 @@ PoCL (bench/vs_pocl.cl) with the same threadgroup geometry, numpy, and a float64
 
 from __future__ import annotations
 
+import argparse
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -355,3 +356,18 @@ BUILDERS: dict[str, Callable[[Sizes, PoCL | None], Workload]] = {
     "q4_0_mul_mv": q4_0_mul_mv,
     "q4_0_mul_mm": q4_0_mul_mm,
 }
+
+
+def parse_arguments(description: str) -> argparse.Namespace:
+    """The command line the PoCL benchmarks share: --quick, --rounds, --only, --pocl."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--quick", action="store_true", help="small problems, a fast run")
+    parser.add_argument("--rounds", type=int, default=5, help="timed rounds (default 5)")
+    parser.add_argument("--only", nargs="+", choices=list(BUILDERS),
+                        metavar="NAME", help=f"workloads to run: {', '.join(BUILDERS)}")
+    parser.add_argument("--pocl", metavar="TEXT",
+                        help="use the PoCL platform whose name or version contains TEXT")
+    args = parser.parse_args()
+    if args.rounds < 1:
+        parser.error(f"--rounds must be at least 1, got {args.rounds}")
+    return args

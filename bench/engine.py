@@ -13,7 +13,6 @@ The kernels run in this process (MTWORK_ISOLATE=0) so that each call picks its e
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 from collections.abc import Callable
@@ -72,16 +71,7 @@ def header() -> str:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="small problems, a fast run")
-    parser.add_argument("--rounds", type=int, default=5, help="timed rounds (default 5)")
-    parser.add_argument("--only", nargs="+", choices=list(workloads.BUILDERS),
-                        metavar="NAME", help=f"workloads to run: {', '.join(workloads.BUILDERS)}")
-    parser.add_argument("--pocl", metavar="TEXT",
-                        help="use the PoCL platform whose name or version contains TEXT")
-    args = parser.parse_args()
-    if args.rounds < 1:
-        parser.error(f"--rounds must be at least 1, got {args.rounds}")
+    args = workloads.parse_arguments(__doc__.splitlines()[0])
     os.environ["MTWORK_BACKEND"] = "sim"
     os.environ["MTWORK_ISOLATE"] = "0"
     mx.set_default_device(mx.cpu)

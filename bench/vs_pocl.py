@@ -15,7 +15,6 @@ the read-back of its output; numpy, the computation from the same inputs.
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 
@@ -62,16 +61,7 @@ def _load_line(when: str) -> str:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="small problems, a fast run")
-    parser.add_argument("--rounds", type=int, default=5, help="timed rounds (default 5)")
-    parser.add_argument("--only", nargs="+", choices=list(workloads.BUILDERS),
-                        metavar="NAME", help=f"workloads to run: {', '.join(workloads.BUILDERS)}")
-    parser.add_argument("--pocl", metavar="TEXT",
-                        help="use the PoCL platform whose name or version contains TEXT")
-    args = parser.parse_args()
-    if args.rounds < 1:
-        parser.error(f"--rounds must be at least 1, got {args.rounds}")
+    args = workloads.parse_arguments(__doc__.splitlines()[0])
     os.environ["MTWORK_BACKEND"] = "sim"
     mx.set_default_device(mx.cpu)
 
