@@ -35,6 +35,20 @@ uint32_t lanes_in(const mtw_group& g, uint32_t simdgroup) {
 
 bool lanes_at(const Worker* w, uint32_t sg, const void* site);
 
+// Whether lanes at a threadgroup-memory step that have gone through `barriers` barriers
+// are behind the lanes of their SIMD-group waiting at `barrier`: in the same interval
+// between barriers, so still in the code before it, which goes first wherever the
+// compiler laid that code out (fa_vec_common.metal's reduce: lane 0's stores and the
+// lanes' loop over the output tile, before the barrier that ends each round).
+bool steps_behind(const Worker* w, uint32_t sg, const void* barrier, uint32_t barriers) {
+  uint32_t first = sg * MTW_SIMD_WIDTH, end = first + lanes_in(w->group, sg);
+  for (uint32_t t = first; t < end; ++t)
+    if (w->waits[t].kind == kAtBarrier && w->waits[t].site == barrier &&
+        w->waits[t].barriers != barriers)
+      return false;
+  return true;
+}
+
 // Runs one collective for the lanes in `mask` and makes them runnable (except `self`,
 // the lane that completed it and simply continues). Lanes at a threadgroup-memory step
 // (always all of `mask` or none: a site is an access or a call) only go on: a step
@@ -93,10 +107,11 @@ bool release_stuck_simd(Worker* w, const void* barrier) {
     if (!waiting) continue;
     // Lanes at threadgroup-memory steps first: a collective waits for every lane that can
     // still come to it.
-    uint32_t candidates = w->simd[sg].stepping ? w->simd[sg].stepping : waiting;
+    bool steps = w->simd[sg].stepping != 0;
+    uint32_t candidates = steps ? w->simd[sg].stepping : waiting;
     const void* best_site = nullptr;
     bool best_passed = false;
-    uint32_t best_count = 0;
+    uint32_t best_count = 0, best_barriers = 0;
     for (uint32_t lane = 0; lane < MTW_SIMD_WIDTH; ++lane) {
       if (!(candidates & (1u << lane))) continue;
       const ThreadWait& tw = w->waits[sg * MTW_SIMD_WIDTH + lane];
@@ -114,9 +129,13 @@ bool release_stuck_simd(Worker* w, const void* barrier) {
         best_site = tw.site;
         best_passed = passed;
         best_count = tw.collectives;
+        best_barriers = tw.barriers;
       }
     }
-    if (barrier && barrier < best_site && lanes_at(w, sg, barrier)) continue;
+    if (barrier && lanes_at(w, sg, barrier) &&
+        !(steps && steps_behind(w, sg, barrier, best_barriers)) &&
+        barrier < best_site)
+      continue;
     uint32_t mask = 0;
     for (uint32_t lane = 0; lane < MTW_SIMD_WIDTH; ++lane) {
       if ((candidates & (1u << lane)) && w->waits[sg * MTW_SIMD_WIDTH + lane].site == best_site)
@@ -204,6 +223,7 @@ void release_barrier(Worker* w, const void* site, uint32_t self) {
     if (tw.kind == kAtBarrier && tw.site == site) {
       tw.kind = kNotWaiting;
       tw.last_barrier = site;
+      tw.barriers++;
       ++released;
       if (first_here == kNoThread) first_here = u;
       if (u != self) w->runnable.push(tw.fiber);

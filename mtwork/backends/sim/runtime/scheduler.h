@@ -18,7 +18,8 @@ struct ThreadWait {
   Fiber* fiber;
   const void* site;          // return address of the runtime call: which barrier / function
   const void* last_barrier;  // the barrier this thread last went through
-  uint32_t collectives;      // SIMD-group collectives this thread has completed
+  uint32_t collectives;      // SIMD-group collectives (and lockstep steps) completed
+  uint32_t barriers;         // threadgroup barriers this thread has gone through
   WaitKind kind;
 };
 
