@@ -16,6 +16,7 @@ synchronisation between them (a barrier, simdgroup_barrier or SIMD-group functio
 either order, counting the way round a loop. It is a text check: it errs towards
 lockstep where it cannot tell (a branch's store and the other branch's load, a lane's
 own element read in one statement and written in another, a helper's synchronisation),
+and takes one statement's loads and store to be ordered (`a[t] += a[t + s]`),
 which costs only speed; it does not pair accesses in different functions or through
 different names (`ss` and its alias `ss4`).
 """
@@ -179,14 +180,17 @@ def _around(events: list[_Event], start: int, end: int) -> list[_Event]:
 
 def _hazard(events: list[_Event]) -> bool:
     """Whether a run of `events` without synchronisation loads and stores through the same
-    name (different names are taken to be different memory)."""
-    seen: set[tuple[str, str]] = set()
+    name in different statements (different names are taken to be different memory; one
+    statement's loads come before its store in every lane, as in the tree reduction
+    `a[t] += a[t + s]`)."""
+    seen: dict[tuple[str, str], set[int]] = {}
     for e in events:
         if e.kind == "sync":
             seen.clear()
             continue
         name = re.match(r"\w*", e.lvalue.lstrip("*(")).group(0)
-        seen.add((name, e.kind))
-        if {(name, "load"), (name, "store")} <= seen:
+        seen.setdefault((name, e.kind), set()).add(e.statement)
+        loads, stores = seen.get((name, "load"), set()), seen.get((name, "store"), set())
+        if loads and stores and len(loads | stores) > 1:
             return True
     return False
