@@ -17,6 +17,8 @@ while running the kernel, without knowing the chip:
   (`SimdOps`), threadgroup barriers passed (per threadgroup).
 * **SIMD efficiency**: ALU instruction issues of SIMD-groups and the active lanes summed
   over them; divergence per source line.
+* **ILP**: the issues on the kernel's longest dependency chains (`dependent_issues`, from
+  the compiled code: backends/sim/ilp.py); issues / dependent issues is the ILP.
 * **Occupancy inputs**: the dispatch geometry, threadgroup memory and an estimate of the
   32-bit registers each thread needs (0 when unknown).
 
@@ -127,6 +129,7 @@ class Counters:
     simd: SimdOps = field(default_factory=SimdOps)
     simd_issues: int = 0
     active_lanes: int = 0
+    dependent_issues: int = 0  # issues on the critical path; 0 = not measured (ILP 1)
     source_lines: tuple[SourceLine, ...] = ()
 
     def __post_init__(self) -> None:
@@ -151,6 +154,9 @@ class Counters:
             raise ValueError(f"Counters: active_lanes={self.active_lanes} must lie between "
                              f"simd_issues={self.simd_issues} (one lane per issue) and 32 × "
                              "simd_issues")
+        if self.dependent_issues > self.simd_issues:
+            raise ValueError(f"Counters: dependent_issues={self.dependent_issues} exceeds "
+                             f"simd_issues={self.simd_issues} (ILP is at least 1)")
         for b in self.buffers:
             if b.distinct_lines > b.transactions:
                 raise ValueError(f"buffer `{b.buffer}`: distinct_lines={b.distinct_lines} > "
@@ -202,6 +208,11 @@ class Counters:
         return self.threads_per_threadgroup / (SIMD_WIDTH * self.simdgroups_per_threadgroup)
 
     @property
+    def ilp(self) -> float:
+        """Independent ALU instructions per step of the critical path (1.0 unmeasured)."""
+        return self.simd_issues / self.dependent_issues if self.dependent_issues else 1.0
+
+    @property
     def divergence_sites(self) -> tuple[SourceLine, ...]:
         return tuple(s for s in self.source_lines if s.divergences)
 
@@ -219,7 +230,8 @@ class Counters:
         summed = {name: getattr(self, name) + getattr(other, name)
                   for name in ("threadgroups", "dispatches", "threadgroup_accesses",
                                "bank_conflicts", "threadgroup_atomics",
-                               "threadgroup_barriers", "simd_issues", "active_lanes")}
+                               "threadgroup_barriers", "simd_issues", "active_lanes",
+                               "dependent_issues")}
         return replace(self, **summed, ops=_add_flat(self.ops, other.ops),
                        simd=_add_flat(self.simd, other.simd),
                        buffers=_merge(self.buffers, other.buffers, "buffer"),
@@ -282,6 +294,8 @@ class Counters:
                  ["bank conflicts (extra wavefronts)", count_text(self.bank_conflicts)],
                  ["threadgroup atomics", count_text(self.threadgroup_atomics)],
                  ["SIMD efficiency", percent_text(self.simd_efficiency)],
+                 ["ILP (issues / dependent issues)",
+                  f"{self.ilp:.2f}" if self.dependent_issues else "not measured"],
                  ["divergence sites", ", ".join(f"line {s.place} ({s.divergences}×)"
                                                 for s in self.divergence_sites) or "none"]]
         lines = [[s.place, bytes_text(s.device_bytes), count_text(s.transactions),
