@@ -3,12 +3,17 @@ chains are known, with references worked out from the definition (a region's ope
 over its critical path, constant loops unrolled and overlapped, other loops one iteration
 at a time), and kernels profiled end to end."""
 
+from dataclasses import replace
+
 import mlx.core as mx
 import pytest
 
 import mtwork
+from bench import gpu_model_claims as claims
 from mtwork.backends.sim.ilp import chains
 from mtwork.backends.sim.llvm_ir import Module
+from mtwork.gpu import Counters, estimate
+from mtwork.gpu.model import ILP_GAIN, ilp_gain
 
 FLOAT_OPS = ("fadd", "fmul")
 
@@ -145,3 +150,50 @@ def test_profiled_kernels_with_more_accumulators_have_more_ilp():
     # (independent of it) against four chains and the same control.
     assert 1.0 <= one < 2.5
     assert four > 1.8 * one
+
+
+def test_gated_delta_packed_keeps_more_independent_chains_than_sequential():
+    # Seed 002's packed layout: eight partial sums per lane where the sequential layout
+    # has one, so fewer SIMD-groups per core suffice for the ALU. At this small shape two
+    # SIMD-groups share a core: with ILP above 4 they issue as 2 × 1.97 of ILP 1.
+    seq, packed = (claims.gated_delta(p, steps=64, hv=2) for p in (False, True))
+    assert packed.ilp > 2 * seq.ilp > 2
+    alu = [estimate(c, "M5 Max").term("ALU").seconds
+           for c in (replace(packed, dependent_issues=0), packed)]
+    assert alu[0] / alu[1] == pytest.approx(ILP_GAIN[-1])
+
+
+# --- the model's use of it ----------------------------------------------------------------
+
+# metal-benchmarks' FFMA32 table (M1 Max): cycles per instruction at 4, 8 and 88
+# SIMD-groups per core, by ILP.
+FFMA32_CYCLES = {1: (11.34, 5.71, 1.99), 2: (8.36, 4.24, 1.87), 3: (4.46, 2.75, 1.35),
+                 4: (2.75, 1.60, 1.02)}
+
+
+@pytest.mark.parametrize("ilp", [1, 2, 3, 4])
+def test_independent_chains_let_fewer_simdgroups_issue_as_measured(ilp):
+    low, mid, full = FFMA32_CYCLES[ilp]
+    modelled = claims.ffma_slowdowns(ilp)
+    assert modelled == pytest.approx((low / full, mid / full), rel=0.17)
+
+
+def test_ilp_does_not_change_a_fully_occupied_core():
+    full = [estimate(claims.ffma_chain(88, k), "M1 Max").seconds for k in (1, 4)]
+    assert full[0] == full[1]
+
+
+def test_counters_carry_the_ilp_and_check_it():
+    c = claims.ffma_chain(8, ilp=4)
+    assert c.ilp == 4.0 and Counters.from_dict(c.to_dict()) == c
+    assert (c + c).dependent_issues == 2 * c.dependent_issues
+    assert replace(c, dependent_issues=0).ilp == 1.0  # not measured: one chain
+    assert "ILP (issues / dependent issues)" in str(c)
+    with pytest.raises(ValueError, match="dependent_issues=.* exceeds simd_issues"):
+        replace(c, dependent_issues=c.simd_issues + 1)
+
+
+def test_ilp_gain_is_interpolated_and_held_beyond_the_table():
+    assert [ilp_gain(k) for k in (1, 2, 3, 4)] == list(ILP_GAIN)
+    assert ilp_gain(2.5) == pytest.approx((ILP_GAIN[1] + ILP_GAIN[2]) / 2)
+    assert ilp_gain(11.0) == ilp_gain(0.5 + 3.5) and ilp_gain(0.5) == 1.0

@@ -30,11 +30,12 @@ from __future__ import annotations
 
 import html
 import math
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..display import bytes_text, count_text, html_table, percent_text, text_table
+from .records import build, check_keys, merge, unique_sorted
 
 if TYPE_CHECKING:
     import plotly.graph_objects as go
@@ -136,9 +137,9 @@ class Counters:
         if not isinstance(self.kernel, str):
             raise TypeError(f"Counters(kernel=...) must be a string, got {self.kernel!r}")
         object.__setattr__(self, "buffers",
-                           _unique_sorted(self.buffers, BufferTraffic, "buffers", "buffer"))
+                           unique_sorted(self.buffers, BufferTraffic, "buffers", "buffer"))
         object.__setattr__(self, "source_lines",
-                           _unique_sorted(self.source_lines, SourceLine, "source_lines",
+                           unique_sorted(self.source_lines, SourceLine, "source_lines",
                                           "file", "line"))
         for name, cls in (("ops", LaneOps), ("simd", SimdOps)):
             if not isinstance(getattr(self, name), cls):
@@ -234,8 +235,8 @@ class Counters:
                                "dependent_issues")}
         return replace(self, **summed, ops=_add_flat(self.ops, other.ops),
                        simd=_add_flat(self.simd, other.simd),
-                       buffers=_merge(self.buffers, other.buffers, "buffer"),
-                       source_lines=_merge(self.source_lines, other.source_lines, "file",
+                       buffers=merge(self.buffers, other.buffers, "buffer"),
+                       source_lines=merge(self.source_lines, other.source_lines, "file",
                                            "line"))
 
     def __radd__(self, other: object) -> Counters:
@@ -254,13 +255,13 @@ class Counters:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Counters:
-        _check_keys(cls, data, "Counters")
+        check_keys(cls, data, "Counters")
         data = dict(data)
-        data["ops"] = _build(LaneOps, data.get("ops", {}), "Counters.ops")
-        data["simd"] = _build(SimdOps, data.get("simd", {}), "Counters.simd")
-        data["buffers"] = tuple(_build(BufferTraffic, b, "Counters.buffers[]")
+        data["ops"] = build(LaneOps, data.get("ops", {}), "Counters.ops")
+        data["simd"] = build(SimdOps, data.get("simd", {}), "Counters.simd")
+        data["buffers"] = tuple(build(BufferTraffic, b, "Counters.buffers[]")
                                 for b in data.get("buffers", ()))
-        data["source_lines"] = tuple(_build(SourceLine, s, "Counters.source_lines[]")
+        data["source_lines"] = tuple(build(SourceLine, s, "Counters.source_lines[]")
                                      for s in data.get("source_lines", ()))
         return cls(**data)
 
@@ -339,7 +340,6 @@ class Counters:
 
 
 Flat = TypeVar("Flat", "LaneOps", "SimdOps")
-Built = TypeVar("Built")
 
 
 def _ratio(a: float, b: float) -> float:
@@ -363,49 +363,5 @@ def _check_count(owner: str, name: str, value: object) -> None:
         raise ValueError(f"{owner}({name}=...) must be >= 0, got {value}")
 
 
-def _unique_sorted(items: Iterable[Any], cls: type, name: str, *key: str) -> tuple:
-    items = tuple(items)
-    for item in items:
-        if not isinstance(item, cls):
-            raise TypeError(f"Counters({name}=...) takes {cls.__name__} items, got {item!r}")
-    keys = [tuple(getattr(i, k) for k in key) for i in items]
-    if len(set(keys)) != len(keys):
-        duplicate = next(k for k in keys if keys.count(k) > 1)
-        shown = duplicate[0] if len(key) == 1 else dict(zip(key, duplicate))
-        raise ValueError(f"Counters: {' and '.join(key)} {shown!r} appears twice; merge its "
-                         "counts")
-    return tuple(sorted(items, key=lambda i: tuple(getattr(i, k) for k in key)))
-
-
 def _add_flat(a: Flat, b: Flat) -> Flat:
     return type(a)(**{f.name: getattr(a, f.name) + getattr(b, f.name) for f in fields(a)})
-
-
-def _merge(a: tuple, b: tuple, *key: str) -> tuple:
-    def of(item: Any) -> tuple:
-        return tuple(getattr(item, k) for k in key)
-
-    merged = {of(i): i for i in a}
-    for item in b:
-        k = of(item)
-        if k in merged:
-            first = merged[k]
-            merged[k] = replace(first, **{f.name: getattr(first, f.name) + getattr(item, f.name)
-                                          for f in fields(item) if f.name not in key})
-        else:
-            merged[k] = item
-    return tuple(merged.values())
-
-
-def _check_keys(cls: type, data: object, where: str) -> None:
-    if not isinstance(data, dict):
-        raise TypeError(f"{where}: expected a dict, got {type(data).__name__}")
-    known = [f.name for f in fields(cls)]
-    for key in data:
-        if key not in known:
-            raise ValueError(f"{where}: unknown key {key!r}; known keys: {', '.join(known)}")
-
-
-def _build(cls: type[Built], data: object, where: str) -> Built:
-    _check_keys(cls, data, where)
-    return cls(**data)

@@ -30,17 +30,14 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 
+from .ir_loops import EDGE, Graph, Loop
 from .llvm_ir import Function, Instruction
 
 __all__ = ["chains"]
 
 _SIMULATED = 64  # iterations of a constant loop simulated; beyond, extrapolated linearly
-_LONGEST_TRIP = 1 << 16  # longest constant trip count looked for
 _PTR = re.compile(r"ptr (%[-\w.$]+)")
-_INT = re.compile(r"-?\d+")
-_EDGE = re.compile(r"\[\s*([^,\]]+),\s*(%[-\w.$]+)\s*\]")  # a phi's [value, block]
 _IGNORED_CALLS = ("llvm.lifetime.", "llvm.dbg.", "__sanitizer_", "mtw_profile_")
 
 
@@ -49,178 +46,13 @@ def _ignored(ins: Instruction) -> bool:
     return ins.opcode == "call" and (ins.callee or "").startswith(_IGNORED_CALLS)
 
 
-@dataclass
-class _Loop:
-    header: str
-    blocks: set[str]
-    inner: list[_Loop] = field(default_factory=list)
-    trips: int | None = None  # constant trip count, or None
-
-    @property
-    def constant(self) -> bool:
-        return self.trips is not None and all(m.constant for m in self.inner)
-
-
-class _Graph:
-    """The function's blocks, their order, dominators and loops."""
-
-    def __init__(self, f: Function):
-        self.blocks = {b.label: b for b in f.blocks}
-        self.succ = {b.label: [s for s in b.successors() if s in self.blocks] for b in f.blocks}
-        self.order = self._reverse_postorder(f.blocks[0].label)
-        self.rank = {label: i for i, label in enumerate(self.order)}
-        self.defined = {ins.result: b.label for b in f.blocks for ins in b.instructions
-                        if ins.result}
-        self.by_name = {ins.result: ins for b in f.blocks for ins in b.instructions
-                        if ins.result}
-        self.loops = self._loops(self._dominators())
-
-    def _reverse_postorder(self, entry: str) -> list[str]:
-        seen, post, stack = {entry}, [], [(entry, iter(self.succ[entry]))]
-        while stack:
-            label, it = stack[-1]
-            nxt = next((s for s in it if s not in seen), None)
-            if nxt is None:
-                post.append(label)
-                stack.pop()
-            else:
-                seen.add(nxt)
-                stack.append((nxt, iter(self.succ[nxt])))
-        return post[::-1]
-
-    def _dominators(self) -> dict[str, set[str]]:
-        pred: dict[str, list[str]] = {b: [] for b in self.order}
-        for b in self.order:
-            for s in self.succ[b]:
-                if s in pred:
-                    pred[s].append(b)
-        every = set(self.order)
-        dom = {b: set(every) for b in self.order}
-        dom[self.order[0]] = {self.order[0]}
-        changed = True
-        while changed:
-            changed = False
-            for b in self.order[1:]:
-                new = {b} | set.intersection(*(dom[p] for p in pred[b])) if pred[b] else {b}
-                if new != dom[b]:
-                    dom[b], changed = new, True
-        self.pred = pred
-        return dom
-
-    def _loops(self, dom: dict[str, set[str]]) -> list[_Loop]:
-        """The outermost natural loops, each with its inner ones."""
-        bodies: dict[str, set[str]] = {}
-        for u in self.order:
-            for h in self.succ[u]:
-                if h in dom[u]:  # a back edge u -> h
-                    body = bodies.setdefault(h, {h})
-                    work = [u]
-                    while work:
-                        b = work.pop()
-                        if b not in body:
-                            body.add(b)
-                            work += self.pred[b]
-        loops = sorted((_Loop(h, body) for h, body in bodies.items()),
-                       key=lambda lp: len(lp.blocks))
-        outer: list[_Loop] = []
-        for i, lp in enumerate(loops):
-            parent = next((p for p in loops[i + 1:] if lp.blocks < p.blocks), None)
-            (parent.inner if parent else outer).append(lp)
-        return outer
-
-
-# --- trip counts --------------------------------------------------------------------------
-
-Affine = dict[str, int]  # symbol -> coefficient; "" is the constant
-
-
-def _add(a: Affine, b: Affine, scale: int = 1) -> Affine:
-    out = dict(a)
-    for k, v in b.items():
-        out[k] = out.get(k, 0) + scale * v
-    return {k: v for k, v in out.items() if v or k == ""}
-
-
-class _Trips:
-    """Constant trip counts: induction phis (a start plus a constant step per iteration,
-    as an affine form of the loops' iteration counters) compared in the exiting branch."""
-
-    def __init__(self, g: _Graph):
-        self.g = g
-        self.header_of: dict[str, _Loop] = {}
-        self.active: set[str] = set()  # phis whose step is being read
-
-    def affine(self, value: str, depth: int = 0) -> Affine:
-        if _INT.fullmatch(value):
-            return {"": int(value)}
-        ins = self.g.by_name.get(value)
-        if ins is None or depth > 24:
-            return {value: 1}
-        op, args = ins.opcode, [a.strip() for a in ins.operands.split(",")]
-        operand = [a.split(" ")[-1] for a in args]
-        if op == "phi":
-            return self._induction(ins, depth)
-        if op in ("zext", "sext", "trunc", "freeze"):
-            return self.affine(ins.uses[0] if ins.uses else args[0].split(" ")[1], depth + 1)
-        if op in ("add", "or", "sub") and len(operand) == 2:
-            scale = -1 if op == "sub" else 1
-            return _add(self.affine(operand[0], depth + 1), self.affine(operand[1], depth + 1),
-                        scale)
-        if op in ("mul", "shl") and len(operand) == 2 and _INT.fullmatch(operand[1]):
-            factor = int(operand[1]) if op == "mul" else 1 << int(operand[1])
-            return {k: v * factor for k, v in self.affine(operand[0], depth + 1).items()}
-        return {value: 1}
-
-    def _induction(self, phi: Instruction, depth: int) -> Affine:
-        name = phi.result or ""
-        loop = self.header_of.get(self.g.defined[name])
-        edges = _EDGE.findall(phi.operands)
-        if loop is None or len(edges) != 2 or name in self.active:
-            return {name: 1}
-        (start, _), (step, _) = sorted(edges, key=lambda e: e[1] in loop.blocks)
-        self.active.add(name)
-        advanced = self.affine(step.strip(), depth + 1)
-        self.active.discard(name)
-        if set(advanced) != {name, ""} or advanced[name] != 1:
-            return {name: 1}
-        return _add(self.affine(start.strip(), depth + 1), {f"k{loop.header}": advanced[""]})
-
-    def count(self, loop: _Loop) -> int | None:
-        exits = [b for b in loop.blocks if any(s not in loop.blocks for s in self.g.succ[b])]
-        if len(exits) != 1:
-            return None
-        m = re.fullmatch(r"br i1 (%[-\w.$]+), label (%[-\w.$]+), label (%[-\w.$]+)",
-                         self.g.blocks[exits[0]].terminator.text)
-        cond = self.g.by_name.get(m.group(1)) if m else None
-        if cond is None or cond.opcode != "icmp":
-            return None
-        words = [w for w in cond.operands.split(" ") if w != "samesign"]
-        x, y = (a.strip() for a in " ".join(words[2:]).split(","))
-        d = _add(self.affine(x), self.affine(y), -1)
-        k = f"k{loop.header}"
-        if set(d) - {"", k} or not d.get(k):
-            return None
-        exit_when = m.group(2) not in loop.blocks
-        for i in range(_LONGEST_TRIP):
-            if _compare(words[0], d.get("", 0) + d[k] * i) == exit_when:
-                return i + 1
-        return None
-
-
-def _compare(predicate: str, difference: int) -> bool:
-    """`x pred y` from x - y (as integers: the counters of a constant loop are small)."""
-    kind = predicate[-2:] if predicate not in ("eq", "ne") else predicate
-    return {"eq": difference == 0, "ne": difference != 0, "lt": difference < 0,
-            "le": difference <= 0, "gt": difference > 0, "ge": difference >= 0}[kind]
-
-
 # --- critical paths -----------------------------------------------------------------------
 
 
 class _Timing:
     """Earliest finishing step of each value, relative to the start of a region."""
 
-    def __init__(self, g: _Graph, latency: Callable[[Instruction], int]):
+    def __init__(self, g: Graph, latency: Callable[[Instruction], int]):
         self.g, self.latency = g, latency
         self.allocas = {ins.result for b in g.blocks.values() for ins in b.instructions
                         if ins.opcode == "alloca" and ins.result}
@@ -260,7 +92,7 @@ class _Timing:
             for a in arrays:
                 memory[a] = max(memory.get(a, 0), done)
 
-    def body(self, loop: _Loop | None, blocks: Sequence[str], time: dict[str, int],
+    def body(self, loop: Loop | None, blocks: Sequence[str], time: dict[str, int],
              memory: dict[str, int]) -> None:
         """Times one pass over `blocks` (in order; `loop`'s header phis are timed by the
         caller), the loops directly inside as one node each."""
@@ -277,7 +109,7 @@ class _Timing:
                 done.add(id(m))
                 self._collapsed(m, time, memory)
 
-    def _collapsed(self, m: _Loop, time: dict[str, int], memory: dict[str, int]) -> None:
+    def _collapsed(self, m: Loop, time: dict[str, int], memory: dict[str, int]) -> None:
         """A constant loop as one node: it starts when its inputs are ready and its
         values and arrays are ready its whole length later; other loops take no time
         in the region around them (they are regions of their own)."""
@@ -293,13 +125,13 @@ class _Timing:
             if any(i.opcode in ("store", "call") and a in self.arrays(i) for i in instructions):
                 memory[a] = max(memory.get(a, 0), end)
 
-    def length(self, m: _Loop) -> int:
+    def length(self, m: Loop) -> int:
         """The critical path of all of a constant loop's iterations, overlapped."""
         if m.header not in self.lengths:
             self.lengths[m.header] = self._simulate(m)
         return self.lengths[m.header]
 
-    def _simulate(self, m: _Loop) -> int:
+    def _simulate(self, m: Loop) -> int:
         blocks = [b for b in self.g.order if b in m.blocks]
         phis = [i for i in self.g.blocks[m.header].instructions if i.opcode == "phi"]
         carried = self._carried_arrays(m, blocks)
@@ -317,11 +149,11 @@ class _Timing:
             return ends[-1] + grown * (trips - len(ends))
         return ends[-1]
 
-    def _back_edge_time(self, phi: Instruction, m: _Loop, time: dict[str, int]) -> int:
-        return max([0, *(time.get(v.strip(), 0) for v, pred in _EDGE.findall(phi.operands)
+    def _back_edge_time(self, phi: Instruction, m: Loop, time: dict[str, int]) -> int:
+        return max([0, *(time.get(v.strip(), 0) for v, pred in EDGE.findall(phi.operands)
                          if pred in m.blocks)])
 
-    def _carried_arrays(self, m: _Loop, blocks: Sequence[str]) -> set[str]:
+    def _carried_arrays(self, m: Loop, blocks: Sequence[str]) -> set[str]:
         """Private arrays an iteration reads before writing, at addresses that do not move
         with the iteration: what an iteration leaves in them, the next one reads."""
         moving = self._moving(m)
@@ -338,7 +170,7 @@ class _Timing:
                         fixed.add(a)
         return {a for a, kind in first.items() if kind == "read" and a in fixed}
 
-    def _moving(self, m: _Loop) -> set[str]:
+    def _moving(self, m: Loop) -> set[str]:
         """Values that change from one iteration of `m` to the next: its header's phis
         and whatever is computed from them."""
         users: dict[str, list[Instruction]] = {}
@@ -357,21 +189,11 @@ class _Timing:
         return moving
 
 
-def _annotate(trips: _Trips, loops: list[_Loop]) -> None:
-    """Sets the trip count of every loop (outer loops' headers are known first: an
-    inner loop's bounds may step with them)."""
-    for lp in loops:
-        trips.header_of[lp.header] = lp
-    for lp in loops:
-        _annotate(trips, lp.inner)
-        lp.trips = trips.count(lp)
-
-
-def _regions(loops: list[_Loop], outside: set[str]) -> list[tuple[_Loop, set[str]]]:
+def _regions(loops: list[Loop], outside: set[str]) -> list[tuple[Loop, set[str]]]:
     """(loop, its own blocks) of the regions among `loops` and inside them: a loop that
     is not constant and its blocks outside the regions within it. Their blocks are taken
     out of `outside`, the blocks of the region around them."""
-    out: list[tuple[_Loop, set[str]]] = []
+    out: list[tuple[Loop, set[str]]] = []
     for lp in loops:
         if lp.constant:
             continue
@@ -382,7 +204,7 @@ def _regions(loops: list[_Loop], outside: set[str]) -> list[tuple[_Loop, set[str
     return out
 
 
-def _multiplicities(loops: list[_Loop], outer: int = 1) -> dict[str, int]:
+def _multiplicities(loops: list[Loop], outer: int = 1) -> dict[str, int]:
     """Executions of each block per pass over its region: the trip counts of the constant
     loops around it."""
     out: dict[str, int] = {}
@@ -399,12 +221,10 @@ def chains(f: Function, ops: Sequence[int], latency: Callable[[Instruction], int
     """Each block's share of the critical path per execution: its operations (`ops`, by
     block of `f`) over its region's ILP. `latency(ins)` is 1 for an instruction that is
     GPU work, else 0."""
-    g = _Graph(f)
-    trips = _Trips(g)
-    _annotate(trips, g.loops)
+    g = Graph(f)
     timing = _Timing(g, latency)
     top = set(g.order)
-    regions: list[tuple[_Loop | None, set[str]]] = [*_regions(g.loops, top), (None, top)]
+    regions: list[tuple[Loop | None, set[str]]] = [*_regions(g.loops, top), (None, top)]
     index = {b.label: i for i, b in enumerate(f.blocks)}
     multiplicity = _multiplicities(g.loops)
     out = [float(n) for n in ops]
