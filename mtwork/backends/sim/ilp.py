@@ -110,15 +110,14 @@ class _Timing:
                 self._collapsed(m, time, memory)
 
     def _collapsed(self, m: Loop, time: dict[str, int], memory: dict[str, int]) -> None:
-        """A constant loop as one node: it starts when its inputs are ready and its
-        values and arrays are ready its whole length later; other loops take no time
-        in the region around them (they are regions of their own)."""
+        """A constant loop as one node: it starts when its inputs are ready, and its
+        values and the arrays it writes are ready its whole length later."""
         instructions = [i for b in m.blocks for i in self.g.blocks[b].instructions]
         inside = {i.result for i in instructions if i.result}
         arrays = {a for i in instructions for a in self.arrays(i)}
         start = max([0, *(time.get(u, 0) for i in instructions for u in i.uses
                           if u not in inside), *(memory.get(a, 0) for a in arrays)])
-        end = start + (self.length(m) if m.constant else 0)
+        end = start + self.length(m)
         for name in inside:
             time[name] = end
         for a in arrays:

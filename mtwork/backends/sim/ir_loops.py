@@ -23,6 +23,9 @@ _LONGEST_TRIP = 1 << 16  # the longest constant trip count looked for
 
 @dataclass
 class Loop:
+    """A natural loop: its header, its blocks (inner loops' too), the loops directly
+    inside it, and its trip count when that is a constant."""
+
     header: str
     blocks: set[str]
     inner: list[Loop] = field(default_factory=list)
@@ -169,8 +172,10 @@ class Trips:
         if cond is None or cond.opcode != "icmp":
             return None
         words = [w for w in cond.operands.split(" ") if w != "samesign"]
-        x, y = (a.strip() for a in " ".join(words[2:]).split(","))
-        d = _add(self.affine(x), self.affine(y), -1)
+        compared = [a.strip() for a in " ".join(words[2:]).split(",")]
+        if len(compared) != 2:
+            return None
+        d = _add(self.affine(compared[0]), self.affine(compared[1]), -1)
         k = f"k{loop.header}"
         if set(d) - {"", k} or not d.get(k):
             return None
