@@ -140,7 +140,7 @@ class Counters:
                            unique_sorted(self.buffers, BufferTraffic, "buffers", "buffer"))
         object.__setattr__(self, "source_lines",
                            unique_sorted(self.source_lines, SourceLine, "source_lines",
-                                          "file", "line"))
+                                         "file", "line"))
         for name, cls in (("ops", LaneOps), ("simd", SimdOps)):
             if not isinstance(getattr(self, name), cls):
                 raise TypeError(f"Counters({name}=...) must be a {cls.__name__}, "
@@ -237,7 +237,7 @@ class Counters:
                        simd=_add_flat(self.simd, other.simd),
                        buffers=merge(self.buffers, other.buffers, "buffer"),
                        source_lines=merge(self.source_lines, other.source_lines, "file",
-                                           "line"))
+                                          "line"))
 
     def __radd__(self, other: object) -> Counters:
         if other == 0:  # sum() starts from 0

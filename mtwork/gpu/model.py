@@ -101,8 +101,8 @@ class Occupancy:
     limited_by: str  # "threads", "threadgroup memory", "registers" or "grid"
     issue_efficiency: float  # min(1, SIMD-groups per core / 24): matrix issue
     simd_efficiency: float  # active lanes / 32
-    ilp: float = 1.0  # Counters.ilp
-    alu_issue_efficiency: float = 1.0  # min(1, SIMD-groups × ILP_GAIN(ilp) / 24)
+    ilp: float  # Counters.ilp
+    alu_issue_efficiency: float  # min(1, SIMD-groups × ilp_gain(ilp) / 24)
 
 
 @dataclass(frozen=True)
