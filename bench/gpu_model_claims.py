@@ -238,8 +238,8 @@ def claims(shapes: Shapes = Shapes()) -> list[Claim]:
     gd, gd_b, gd_a = ratio(*gd_pair, "M5 Max")
     gd_issue, gd_float = (issue_cycles(gd_pair[0], integer=i) / issue_cycles(gd_pair[1], integer=i)
                           for i in (True, False))
-    gd8, _, _ = ratio(*(gated_delta(p, 8, sh.gated_delta_tokens, sh.value_heads)
-                        for p in (False, True)), "M5 Max")
+    gd8, gd16 = (ratio(*(gated_delta(p, b, sh.gated_delta_tokens, sh.value_heads)
+                         for p in (False, True)), "M5 Max")[0] for b in (8, 16))
     gd_alu = (estimate(gd_pair[0], "M5 Max").term("ALU").seconds
               / estimate(gd_pair[1], "M5 Max").term("ALU").seconds)
     gs, gs_b, gs_a = ratio(*(gated_delta(p, steps=8, hv=sh.value_heads) for p in (False, True)),
@@ -258,14 +258,19 @@ def claims(shapes: Shapes = Shapes()) -> list[Claim]:
               "modelled on M3 Max", "~1.5x faster",
               f"{fa:.2f}x faster (limited by {fa_b} -> {fa_a})"),
         Claim("gated delta: 8 value rows per SIMD-group, B=1 T=2048", "seed 002 (MLX "
-              "gated_delta_seq), M5 Max", "1.90x (1.62-2.42)",
+              "gated_delta_seq), M5 Max; MLX PR #4409 (the same change), M5 Max",
+              "1.90x (1.62-2.42); #4409: 1.25x",
               f"{gd:.2f}x (limited by {gd_b} -> {gd_a}); ALU issue cycles {gd_issue:.2f}x "
               f"fewer, {gd_float:.2f}x without integer operations; ILP "
               f"{gd_pair[0].ilp:.2f} -> {gd_pair[1].ilp:.2f}, ALU term {gd_alu:.2f}x"),
-        Claim("the same, B=8 T=2048", "seed 002, M5 Max", "2.16x (2.05-2.37)", f"{gd8:.2f}x"),
+        Claim("the same, B=8 T=2048", "seed 002; #4409", "2.16x (2.05-2.37); #4409: 1.87x",
+              f"{gd8:.2f}x"),
+        Claim("the same, B=16 T=2048", "seed 002; #4409", "1.86x (1.61-2.53); #4409: 1.89x",
+              f"{gd16:.2f}x"),
         Claim("the same, B=1 T=8", "seed 002, M5 Max", "~1.0 (within noise)",
               f"{gs:.2f}x (limited by {gs_b} -> {gs_a})"),
-        Claim("the same, B=8 and B=16, T=8", "seed 002, M5 Max", "1.36-1.43x",
+        Claim("the same, B=8 and B=16, T=8", "seed 002; #4409 (B=8)",
+              "1.36-1.43x; #4409: 1.41x (B=8)",
               f"{gs8:.2f}x, {gs16:.2f}x"),
         Claim("GGUF Q8_0 dequantisation is memory-bound", "seed 004 (metaltile #243/#247: "
               "no GFLOP/s for memory-bound dequant kernels), M5 Max", "memory-bound",
