@@ -230,7 +230,8 @@ LOCKSTEP_FLAGS = ("-fsanitize-coverage=edge,trace-loads,trace-stores", "-fno-vec
                   "-fno-slp-vectorize")
 # The profiler's code: a change to it rebuilds profiled kernels.
 _PROFILER_SOURCES = tuple(PACKAGE_DIR / name for name in ("instrument.py", "llvm_ir.py",
-                                                           "registers.py"))
+                                                           "registers.py", "ilp.py",
+                                                           "ir_loops.py"))
 
 
 # zig's clang writes debug info unless told not to; only the sanitizer reads it (line
