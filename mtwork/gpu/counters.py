@@ -6,10 +6,12 @@ while running the kernel, without knowing the chip:
 * **Device memory**, per buffer: bytes requested, i.e. for each SIMD-group access the
   bytes its active lanes touch (a word several lanes read counts once); SIMD-group access
   instructions; transactions, i.e. for each SIMD-group access the number of distinct
-  `line_bytes`-sized lines its active lanes touch, summed (so `requested / moved` is the
-  coalescing efficiency); and the distinct lines touched over the whole dispatch (what
-  reaches DRAM if caches keep every line until it is reused). Atomics are counted apart,
-  per lane.
+  `line_bytes`-sized granules ("lines") its active lanes touch, summed (so `requested /
+  moved` is the coalescing efficiency); and the distinct lines touched over the whole
+  dispatch (what reaches DRAM if caches keep every line until it is reused). The
+  emulator counts in 64-byte granules, what a core's L1 moves per cycle (half a 128-byte
+  cache line); counts made by hand may use whole 128-byte lines. Atomics are counted
+  apart, per lane.
 * **Threadgroup memory**: accesses in conflict-free wavefronts (one wavefront serves 32
   banks × 4 bytes) and bank conflicts as the extra wavefronts a SIMD-group access needs
   under that model (lanes reading the same word do not conflict).
@@ -120,7 +122,7 @@ class Counters:
     threadgroup_memory: int = 0  # bytes per threadgroup
     registers: int = 0  # estimated 32-bit registers per thread; 0 = unknown
     dispatches: int = 1
-    line_bytes: int = 128
+    line_bytes: int = 128  # the granule of transactions and distinct lines (sim: 64)
     buffers: tuple[BufferTraffic, ...] = ()
     threadgroup_accesses: int = 0
     bank_conflicts: int = 0
@@ -284,7 +286,7 @@ class Counters:
                                               b.transactions * self.line_bytes))]
                        for b in self.buffers]
         memory = (f"device memory: {bytes_text(self.requested_bytes)} requested, "
-                  f"{bytes_text(self.moved_bytes)} moved in {self.line_bytes}-byte lines "
+                  f"{bytes_text(self.moved_bytes)} moved in {self.line_bytes}-byte granules "
                   f"(coalescing {percent_text(self.coalescing)}), "
                   f"{bytes_text(self.distinct_bytes)} distinct")
         work = [[f.name, count_text(getattr(self.ops, f.name))] for f in fields(LaneOps)]

@@ -6,8 +6,10 @@ work; the slowest names the bound, and the total is that plus the launch overhea
 * memory (DRAM): distinct bytes / bandwidth. A line reaches DRAM once; touching it again
   is assumed to hit a cache (the reuse estimate: optimistic for a kernel that sweeps more
   than the system level cache holds twice).
-* memory (transactions): line-size transactions through a core's L1 (64 B per core-cycle),
-  so uncoalesced access costs even when the lines are cached.
+* cache (L1): every SIMD-group access goes through its core's L1, which moves 64 B per
+  core-cycle: each `line_bytes` granule an access touches (64-byte segments on `sim`)
+  costs `line_bytes / 64` cycles, hit or miss, so uncoalesced access costs even when its
+  lines are cached. The slower of the two names the bound: "memory" or "cache".
 * ALU: SIMD-group instructions × issue cycles per class (metal-benchmarks) on 4 schedulers
   per core. matrix: 8x8x8 `simdgroup_matrix` multiply-accumulates at the measured FFMA
   rate. Both run on the same FP32 pipelines, so they add.
@@ -39,7 +41,7 @@ from .counters import SIMD_WIDTH, Counters
 if TYPE_CHECKING:
     import plotly.graph_objects as go
 
-BOUNDS = ("memory", "ALU", "matrix", "threadgroup memory", "latency", "launch")
+BOUNDS = ("memory", "cache", "ALU", "matrix", "threadgroup memory", "latency", "launch")
 
 # Issue cycles of one SIMD-group instruction on one scheduler: metal-benchmarks
 # "Instruction Throughputs" (second figure = M1 Max), except where marked.
@@ -113,7 +115,7 @@ class Estimate:
     chip: str
     seconds: float
     bound: str
-    limiting_term: str  # the term that set the time, e.g. "memory (transactions)"
+    limiting_term: str  # the term that set the time, e.g. "cache (L1)"
     terms: tuple[Term, ...]
     occupancy: Occupancy
     assumptions: Assumptions = field(default_factory=Assumptions)
@@ -190,7 +192,7 @@ def estimate(counters: Counters, chip: Chip | str | None = None,
     dram_bytes = counters.distinct_bytes
     dram = dram_bytes / (chip.memory_bandwidth_gbs * 1e9)
     l1_bytes = counters.moved_bytes + counters.device_atomics * counters.line_bytes
-    transactions = l1_bytes * share / (chip.l1_bytes_per_core_cycle * hz)
+    cache = l1_bytes * share / (chip.l1_bytes_per_core_cycle * hz)
     wavefronts = (counters.threadgroup_accesses + counters.bank_conflicts
                   + counters.threadgroup_atomics)
     tg = wavefronts * share / (a.wavefronts_per_core_cycle * hz)
@@ -205,8 +207,8 @@ def estimate(counters: Counters, chip: Chip | str | None = None,
     terms = (
         Term("memory (DRAM)", dram, f"{bytes_text(dram_bytes)} at "
                                     f"{chip.memory_bandwidth_gbs:g} GB/s"),
-        Term("memory (transactions)", transactions,
-             f"{bytes_text(l1_bytes)} in {counters.line_bytes}-B lines, "
+        Term("cache (L1)", cache,
+             f"{bytes_text(l1_bytes)} in {counters.line_bytes}-B granules, "
              f"{chip.l1_bytes_per_core_cycle} B/cycle per core"),
         Term("ALU", alu, f"{count_text(round(alu_cycles))} issue cycles"),
         Term("matrix", matrix, f"{count_text(s.mma_f32 + s.mma_f16 + s.mma_bf16)} "
@@ -222,8 +224,8 @@ def estimate(counters: Counters, chip: Chip | str | None = None,
     )
     # (bound, limiting term, time) of each resource; ALU and matrix add (same pipelines).
     compute = ("matrix", "matrix") if matrix > alu else ("ALU", "ALU")
-    memory = ("memory", "memory (DRAM)" if dram >= transactions else "memory (transactions)")
-    body = [(*memory, max(dram, transactions)), (*compute, alu + matrix),
+    body = [("memory", "memory (DRAM)", dram), ("cache", "cache (L1)", cache),
+            (*compute, alu + matrix),
             ("threadgroup memory", "threadgroup memory", tg),
             ("latency", "latency", memory_wait + barrier_wait)]
     bound, limit, slowest = max(body, key=lambda b: b[2])
@@ -281,9 +283,11 @@ def _check_fits(c: Counters, chip: Chip) -> None:
                          f"{c.registers} registers need {bytes_text(need)}, more than the "
                          f"{bytes_text(chip.register_file_per_core)} register file of a "
                          "core; Metal would lower maxTotalThreadsPerThreadgroup")
-    if c.line_bytes != chip.line_bytes:
-        raise ValueError(f"`{c.kernel}`: counted with {c.line_bytes}-byte lines, but "
-                         f"{chip.label} has {chip.line_bytes}-byte lines")
+    if chip.line_bytes % c.line_bytes or c.line_bytes % chip.l1_bytes_per_core_cycle:
+        raise ValueError(f"`{c.kernel}`: counted in {c.line_bytes}-byte granules; "
+                         f"{chip.label} needs its {chip.line_bytes}-byte lines or a part of "
+                         f"one that is a multiple of its L1's "
+                         f"{chip.l1_bytes_per_core_cycle} B per cycle")
 
 
 def _load_latency_ns(c: Counters, chip: Chip) -> float:

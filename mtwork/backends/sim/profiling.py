@@ -151,9 +151,11 @@ def counting(library: runtime.KernelLibrary, table: Table, memory: Memory,
 
 
 def _line_bytes() -> int:
-    """The line size of the chip the counts are for ($MTWORK_GPU's; every chip in the table
-    has 128-byte lines)."""
-    return default_gpu().line_bytes
+    """The granule device accesses are counted in: what the L1 of the chip the counts are
+    for ($MTWORK_GPU's) moves per cycle, 64 bytes (half a 128-byte line) on every chip in
+    the table. An access that uses part of a line costs the segments it touches, not the
+    whole line (mtwork.gpu.model's cache term)."""
+    return default_gpu().l1_bytes_per_core_cycle
 
 
 @lru_cache(maxsize=256)
