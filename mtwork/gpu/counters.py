@@ -20,7 +20,10 @@ while running the kernel, without knowing the chip:
 * **SIMD efficiency**: ALU instruction issues of SIMD-groups and the active lanes summed
   over them; divergence per source line.
 * **ILP**: the issues on the kernel's longest dependency chains (`dependent_issues`, from
-  the compiled code: backends/sim/ilp.py); issues / dependent issues is the ILP.
+  the compiled code: backends/sim/ilp.py); issues / dependent issues is the ILP. The same
+  over loads: SIMD-group load issues of the compiled code (`load_issues`) and those on
+  its chains of dependent loads (`dependent_loads`); their ratio is the loads a
+  SIMD-group has in flight at once (`loads_in_flight`).
 * **Occupancy inputs**: the dispatch geometry, threadgroup memory and an estimate of the
   32-bit registers each thread needs (0 when unknown).
 
@@ -133,6 +136,8 @@ class Counters:
     simd_issues: int = 0
     active_lanes: int = 0
     dependent_issues: int = 0  # issues on the critical path; 0 = not measured (ILP 1)
+    load_issues: int = 0  # SIMD-group loads of memory in the compiled code
+    dependent_loads: int = 0  # of those, on chains of dependent loads; 0 = not measured
     source_lines: tuple[SourceLine, ...] = ()
 
     def __post_init__(self) -> None:
@@ -157,9 +162,7 @@ class Counters:
             raise ValueError(f"Counters: active_lanes={self.active_lanes} must lie between "
                              f"simd_issues={self.simd_issues} (one lane per issue) and 32 × "
                              "simd_issues")
-        if self.dependent_issues > self.simd_issues:
-            raise ValueError(f"Counters: dependent_issues={self.dependent_issues} exceeds "
-                             f"simd_issues={self.simd_issues} (ILP is at least 1)")
+        self._check_chains()
         for b in self.buffers:
             if b.distinct_lines > b.transactions:
                 raise ValueError(f"buffer `{b.buffer}`: distinct_lines={b.distinct_lines} > "
@@ -169,6 +172,14 @@ class Counters:
                 raise ValueError(f"buffer `{b.buffer}`: {b.load_bytes + b.store_bytes} bytes "
                                  f"requested but only {b.transactions} transactions of "
                                  f"{self.line_bytes} bytes moved")
+
+    def _check_chains(self) -> None:
+        if self.dependent_issues > self.simd_issues:
+            raise ValueError(f"Counters: dependent_issues={self.dependent_issues} exceeds "
+                             f"simd_issues={self.simd_issues} (ILP is at least 1)")
+        if self.dependent_loads > self.load_issues:
+            raise ValueError(f"Counters: dependent_loads={self.dependent_loads} exceeds "
+                             f"load_issues={self.load_issues} (at least one load in flight)")
 
     # --- derived ---------------------------------------------------------------------------
 
@@ -216,6 +227,11 @@ class Counters:
         return self.simd_issues / self.dependent_issues if self.dependent_issues else 1.0
 
     @property
+    def loads_in_flight(self) -> float | None:
+        """Independent loads per step of the chain of dependent loads (None unmeasured)."""
+        return self.load_issues / self.dependent_loads if self.dependent_loads else None
+
+    @property
     def divergence_sites(self) -> tuple[SourceLine, ...]:
         return tuple(s for s in self.source_lines if s.divergences)
 
@@ -234,7 +250,7 @@ class Counters:
                   for name in ("threadgroups", "dispatches", "threadgroup_accesses",
                                "bank_conflicts", "threadgroup_atomics",
                                "threadgroup_barriers", "simd_issues", "active_lanes",
-                               "dependent_issues")}
+                               "dependent_issues", "load_issues", "dependent_loads")}
         return replace(self, **summed, ops=_add_flat(self.ops, other.ops),
                        simd=_add_flat(self.simd, other.simd),
                        buffers=merge(self.buffers, other.buffers, "buffer"),
@@ -299,6 +315,9 @@ class Counters:
                  ["SIMD efficiency", percent_text(self.simd_efficiency)],
                  ["ILP (issues / dependent issues)",
                   f"{self.ilp:.2f}" if self.dependent_issues else "not measured"],
+                 ["loads in flight (loads / dependent loads)",
+                  "not measured" if self.loads_in_flight is None
+                  else f"{self.loads_in_flight:.2f}"],
                  ["divergence sites", ", ".join(f"line {s.place} ({s.divergences}×)"
                                                 for s in self.divergence_sites) or "none"]]
         lines = [[s.place, bytes_text(s.device_bytes), count_text(s.transactions),

@@ -15,9 +15,11 @@ work; the slowest names the bound, and the total is that plus the launch overhea
   rate. Both run on the same FP32 pipelines, so they add.
 * threadgroup memory: wavefronts (bank conflicts serialise as extra ones) at one per
   core-cycle.
-* latency: each SIMD-group waits for its device loads, `loads_in_flight` at a time, at
-  DRAM latency for first touches and L2 latency for the rest, hidden only by the other
-  SIMD-groups resident on the core; plus the exposed latency of threadgroup barriers.
+* latency: each SIMD-group waits for its device loads, as many at a time as its code
+  issues before it needs one (`Counters.loads_in_flight`, measured from the compiled
+  code; `Assumptions.loads_in_flight` when not measured), at DRAM latency for first
+  touches and L2 latency for the rest, hidden only by the other SIMD-groups resident on
+  the core; plus the exposed latency of threadgroup barriers.
 * launch: a fixed cost per dispatch.
 
 Occupancy (threadgroups resident per core) is limited by threads, threadgroup memory and
@@ -75,7 +77,8 @@ ILP_GAIN = (1.0, 1.27, 1.56, 1.97)
 class Assumptions:
     """Constants no public measurement pins down. Vary them to see what depends on them."""
 
-    loads_in_flight: int = 4  # device loads a SIMD-group issues before it waits on one
+    loads_in_flight: int = 4  # device loads a SIMD-group issues before it waits on one,
+    # for counters without the measure (Counters.loads_in_flight)
     barrier_cycles: float = 32.0  # exposed cost of one threadgroup barrier
     wavefronts_per_core_cycle: float = 1.0  # threadgroup memory: 32 banks × 4 B per cycle
     # ferrox (github.com/antonellof/ferrox) issue #149: an extra tiny dispatch cost 5.16 µs
@@ -105,6 +108,8 @@ class Occupancy:
     simd_efficiency: float  # active lanes / 32
     ilp: float  # Counters.ilp
     alu_issue_efficiency: float  # min(1, SIMD-groups × ilp_gain(ilp) / 24)
+    loads_in_flight: float  # per SIMD-group: Counters.loads_in_flight, else the assumption
+    loads_measured: bool  # whether loads_in_flight is the counters' measure
 
 
 @dataclass(frozen=True)
@@ -173,7 +178,7 @@ def estimate(counters: Counters, chip: Chip | str | None = None,
     if not isinstance(chip, Chip):
         raise TypeError(f"estimate(chip=...) takes a Chip, a name or None, got {chip!r}")
     a = assumptions or Assumptions()
-    occ = occupancy(counters, chip)
+    occ = occupancy(counters, chip, a)
     hz = chip.clock_ghz * 1e9
     per_dispatch = math.ceil(counters.threadgroups / counters.dispatches)
     share = math.ceil(per_dispatch / chip.gpu_cores) / per_dispatch  # busiest core's share
@@ -198,8 +203,8 @@ def estimate(counters: Counters, chip: Chip | str | None = None,
     tg = wavefronts * share / (a.wavefronts_per_core_cycle * hz)
 
     load_latency = _load_latency_ns(counters, chip) * 1e-9
-    memory_wait = (counters.device_loads * share / (occ.simdgroups_per_core * a.loads_in_flight)
-                   * load_latency)
+    memory_wait = (counters.device_loads * share
+                   / (occ.simdgroups_per_core * occ.loads_in_flight) * load_latency)
     barrier_wait = (counters.threadgroup_barriers * share / occ.threadgroups_per_core
                     * a.barrier_cycles / hz)
     launch = counters.dispatches * a.launch_seconds
@@ -218,7 +223,8 @@ def estimate(counters: Counters, chip: Chip | str | None = None,
                                        "bank conflicts)"),
         Term("latency", memory_wait + barrier_wait,
              f"loads {seconds_text(memory_wait)} ({seconds_text(load_latency)} each, "
-             f"{a.loads_in_flight} in flight per SIMD-group), barriers "
+             f"{occ.loads_in_flight:.3g} in flight per SIMD-group, "
+             f"{'measured' if occ.loads_measured else 'assumed'}), barriers "
              f"{seconds_text(barrier_wait)}"),
         Term("launch", launch, f"{counters.dispatches} × {seconds_text(a.launch_seconds)}"),
     )
@@ -235,8 +241,10 @@ def estimate(counters: Counters, chip: Chip | str | None = None,
                     a)
 
 
-def occupancy(counters: Counters, chip: Chip) -> Occupancy:
-    """Threadgroups and SIMD-groups resident per core, and what limits them."""
+def occupancy(counters: Counters, chip: Chip,
+              assumptions: Assumptions | None = None) -> Occupancy:
+    """Threadgroups and SIMD-groups resident per core, what limits them, and how much
+    each SIMD-group has in flight (independent instructions, loads)."""
     _check_fits(counters, chip)
     simds = counters.simdgroups_per_threadgroup
     lanes = simds * SIMD_WIDTH
@@ -251,10 +259,13 @@ def occupancy(counters: Counters, chip: Chip) -> Occupancy:
     limited_by = min(limits, key=lambda k: limits[k])
     resident = limits[limited_by]
     simdgroups = resident * simds
+    measured = counters.loads_in_flight
     return Occupancy(resident, simdgroups, limited_by,
                      min(1.0, simdgroups / SIMDGROUPS_FOR_FULL_ISSUE), counters.simd_efficiency,
                      counters.ilp,
-                     min(1.0, simdgroups * ilp_gain(counters.ilp) / SIMDGROUPS_FOR_FULL_ISSUE))
+                     min(1.0, simdgroups * ilp_gain(counters.ilp) / SIMDGROUPS_FOR_FULL_ISSUE),
+                     measured or (assumptions or Assumptions()).loads_in_flight,
+                     measured is not None)
 
 
 def ilp_gain(ilp: float) -> float:

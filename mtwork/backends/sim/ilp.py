@@ -23,7 +23,10 @@ hide the latency. The analysis:
 
 `chains()` gives each block its share of the critical path per execution (operations /
 the region's ILP), so that the runtime's execution counts weight it: the profiler sums
-them as `Counters.dependent_issues`.
+them as `Counters.dependent_issues`. `load_chains()` does the same over loads of memory
+(each load one step, everything else none: a load waits only for the loads its address
+or its ordering after a private store needs): `Counters.dependent_loads`, and so the
+loads a SIMD-group has in flight at once.
 """
 
 from __future__ import annotations
@@ -34,7 +37,7 @@ from collections.abc import Callable, Sequence
 from .ir_loops import EDGE, Graph, Loop
 from .llvm_ir import Function, Instruction
 
-__all__ = ["chains"]
+__all__ = ["chains", "load_chains"]
 
 _SIMULATED = 64  # iterations of a constant loop simulated; beyond, extrapolated linearly
 _PTR = re.compile(r"ptr (%[-\w.$]+)")
@@ -221,7 +224,26 @@ def chains(f: Function, ops: Sequence[int], latency: Callable[[Instruction], int
     block of `f`) over its region's ILP. `latency(ins)` is 1 for an instruction that is
     GPU work, else 0."""
     g = Graph(f)
-    timing = _Timing(g, latency)
+    return _shares(f, g, _Timing(g, latency), ops)
+
+
+def load_chains(f: Function, counted: Callable[[Instruction], bool]
+                ) -> tuple[list[int], list[float]]:
+    """Memory-level parallelism, measured as ILP is but over loads: per block of `f`, the
+    loads of memory one execution issues (the loads `counted` names, of anything but the
+    thread's private arrays), and their share of the chain of dependent loads (each load
+    one step, everything else none): a region's loads over that chain's length are the
+    loads a lane has in flight at once."""
+    g = Graph(f)
+    probe = _Timing(g, lambda ins: 0)
+    loads = {id(ins) for block in f.blocks for ins in block.instructions
+             if ins.opcode == "load" and counted(ins) and not probe.arrays(ins)}
+    per_block = [sum(id(ins) in loads for ins in block.instructions) for block in f.blocks]
+    timing = _Timing(g, lambda ins: int(id(ins) in loads))
+    return per_block, _shares(f, g, timing, per_block)
+
+
+def _shares(f: Function, g: Graph, timing: _Timing, ops: Sequence[int]) -> list[float]:
     top = set(g.order)
     regions: list[tuple[Loop | None, set[str]]] = [*_regions(g.loops, top), (None, top)]
     index = {b.label: i for i, b in enumerate(f.blocks)}

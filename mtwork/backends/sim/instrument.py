@@ -33,7 +33,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ...dispatch import Sources
-from .ilp import chains
+from .ilp import chains, load_chains
 from .ir_ops import (
     is_plumbing,
     is_primitive,
@@ -79,6 +79,8 @@ class BlockWork:
     barriers: int = 0
     lines: Counter = field(default_factory=Counter)  # (file, line) -> lane ops
     chain: float = 0.0  # its lane ops on the critical path per execution (ilp.py)
+    loads: int = 0  # loads of memory (not private arrays) per execution
+    load_chain: float = 0.0  # of those, on the chain of dependent loads (ilp.py)
 
     def counts(self) -> bool:
         return bool(self.ops or self.simd or self.barriers)
@@ -98,13 +100,15 @@ class Table:
                 "branches": [list(b) if b else None for b in self.branches],
                 "blocks": [{"ops": dict(b.ops), "simd": dict(b.simd), "barriers": b.barriers,
                             "lines": [[f, n, c] for (f, n), c in b.lines.items()],
-                            "chain": b.chain}
+                            "chain": b.chain, "loads": b.loads,
+                            "load_chain": b.load_chain}
                            for b in self.blocks]}
 
     @classmethod
     def from_json(cls, data: dict) -> Table:
         blocks = tuple(BlockWork(Counter(b["ops"]), Counter(b["simd"]), b["barriers"],
-                                 Counter({(f, n): c for f, n, c in b["lines"]}), b["chain"])
+                                 Counter({(f, n): c for f, n, c in b["lines"]}), b["chain"],
+                                 b["loads"], b["load_chain"])
                        for b in data["blocks"])
         return cls(blocks, tuple(tuple(b) if b else None for b in data["branches"]),
                    data["registers"])
@@ -223,10 +227,18 @@ class _Counter:
                         self.work_ids.add(id(ins))
         for members in instances.values():
             self._add_instance(members)
+        self._chains()
+        return self.work
+
+    def _chains(self) -> None:
+        """Each block's share of the critical paths of its operations and of its loads."""
         for w, chain in zip(self.work, chains(self.f, [sum(w.ops.values()) for w in self.work],
                                               lambda ins: int(id(ins) in self.work_ids))):
             w.chain = chain
-        return self.work
+        kernels = ("kernel", "loop")  # not the launcher's or the plumbing's loads
+        loads, load_chain = load_chains(self.f, lambda i: self.role[id(i)].kind in kernels)
+        for w, n, chain in zip(self.work, loads, load_chain):
+            w.loads, w.load_chain = n, chain
 
     def _add(self, b: int, ops: Counter, line: tuple[str, int] | None) -> None:
         self.work[b].ops.update(ops)
