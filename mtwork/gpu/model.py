@@ -141,7 +141,8 @@ class Estimate:
                 f"{o.simdgroups_per_core} SIMD-groups per core, limited by {o.limited_by}; "
                 f"issue efficiency {percent_text(o.alu_issue_efficiency)} ALU at ILP "
                 f"{o.ilp:.2f}, {percent_text(o.issue_efficiency)} matrix; "
-                f"SIMD efficiency {percent_text(o.simd_efficiency)}")
+                f"SIMD efficiency {percent_text(o.simd_efficiency)}; {o.loads_in_flight:.3g} "
+                f"loads in flight ({'measured' if o.loads_measured else 'assumed'})")
 
     def _rows(self) -> list[list[str]]:
         return [[t.name, seconds_text(t.seconds), t.detail] for t in self.terms]
