@@ -112,21 +112,51 @@ def map0(op: Moe) -> tuple[np.ndarray, np.ndarray, Built]:
     return out[2].view(np.uint32), out[3].view(np.int32).reshape(experts, tokens), b
 
 
-def mul_mm_id(op: Moe, tpe: np.ndarray, hids: np.ndarray) -> tuple[np.ndarray, list[Built]]:
+def amax(x: Tensor) -> tuple[np.ndarray, list[Built]]:
+    """GGML_PREC_F32's rescaling of the activations (kernel_mul_mm_id_amax_part_f32: the
+    largest |x| of every N_MM_NPART_AMAX-th row, a threadgroup of 256 each; then
+    kernel_mul_mm_id_amax_f32: 1 / scale and scale, a power of two that keeps |x| / scale
+    within half's range). Returns the buffer: the two factors, then the partial maxima."""
+    parts = impl_define("N_MM_NPART_AMAX")
+    first = built("mul_mm.metal", "kernel_mul_mm_id_amax_part_f32")
+    args = pack("ggml_metal_kargs_mul_mm_id_amax", ne00=x.ne[0], ne01=x.ne[1], ne02=x.ne[2],
+                nb01=x.nb[1], nb02=x.nb[2])
+    out = run(first, {0: args, 1: x, 2: new(8 + 4 * parts, scratch=True)}, (parts, 1, 1),
+              (256, 1, 1), 32 * 4)
+    second = built("mul_mm.metal", "kernel_mul_mm_id_amax_f32")
+    out = run(second, {0: out[2]}, (1, 1, 1), (32, 1, 1))
+    return out[0].view(np.float32), [first, second]
+
+
+def amax_reference(x: np.ndarray) -> np.ndarray:
+    """The factors (1 / s, s), s = 2^(ceil(log2 max|x|) - 15) above 32768 and 1 below, and
+    the largest |x| of the rows r with r mod N_MM_NPART_AMAX = p, for each p."""
+    rows = np.abs(x).reshape(-1, x.shape[-1]).max(axis=1)
+    parts = np.zeros(impl_define("N_MM_NPART_AMAX"))
+    np.maximum.at(parts, np.arange(rows.size) % parts.size, rows)
+    top = parts.max()
+    scale = 2.0 ** (np.ceil(np.log2(top)) - 15) if top > 32768 else 1.0
+    return np.concatenate([[1 / scale, scale], parts])
+
+
+def mul_mm_id(op: Moe, tpe: np.ndarray, hids: np.ndarray, factors: np.ndarray | None = None
+              ) -> tuple[np.ndarray, list[Built]]:
     """kernel_mul_mm_id_<type>_f32 on map0's lists: 64 x 32 tiles of (rows, the expert's
-    tokens), 128 threads, threadgroup z the expert; no amax rescaling (GGML_PREC_DEFAULT),
-    whose buffer the host still binds."""
+    tokens), 128 threads, threadgroup z the expert. Activations are rescaled by amax's
+    `factors` (GGML_PREC_F32); without them (GGML_PREC_DEFAULT) the host still binds the
+    buffer."""
     w, x = op.w, op.x
     tokens = op.ids.ne[1]
     b = built("mul_mm.metal", f"kernel_mul_mm_id_{w.gtype}_f32",
-              {fc("FC_MUL_MM", 0): w.ne[0] % 32 != 0, fc("FC_MUL_MM", 6): False})
+              {fc("FC_MUL_MM", 0): w.ne[0] % 32 != 0, fc("FC_MUL_MM", 6): factors is not None})
     dst = encoded(np.zeros(op.dst_shape), "f32")
     args = pack("ggml_metal_kargs_mul_mm_id", w.locals("0"), x.locals("1"), dst.locals(""),
                 ne20=op.ids.ne[0], ne21=tokens, r2=1, r3=1)
-    amax = new(8 + 4 * impl_define("N_MM_NPART_AMAX"), scratch=True)
+    scales = new(8 + 4 * impl_define("N_MM_NPART_AMAX"), scratch=True) if factors is None \
+        else factors.view(np.uint8)
     groups = (-(-tokens // 32), -(-w.ne[1] // 64), w.ne[2])
     out = run(b, {0: args, 1: w, 2: x, 3: tpe.view(np.uint8), 4: hids.view(np.uint8).ravel(),
-                  5: new(dst.nbytes), 6: amax}, groups, (128, 1, 1), 8192)
+                  5: new(dst.nbytes), 6: scales}, groups, (128, 1, 1), 8192)
     return decode(out[5], "f32", op.dst_shape), [b]
 
 
@@ -184,3 +214,27 @@ def test_mul_mm_id(agreement, gtype, experts, used, m, k, tokens, shared) -> Non
     check(agreement, parts, _name(parts[0].kernel.name, op), actual / scale, expected / scale,
           "numpy float64 on gguf's dequantisation, per (token, expert), operands rounded as "
           "the kernel stages them (half tiles); error / sum|products|", **SUMS)
+
+
+@pytest.mark.slow
+def test_mul_mm_id_rescaled_activations(agreement) -> None:
+    # Activations past half's range (|x| up to ~1e6): GGML_PREC_F32 divides them by a power
+    # of two before the half tiles and multiplies the products back.
+    op = operands("f16", 4, 2, 64, 64, 32, False)
+    op = Moe(op.w, encoded(op.x.values * 2.5e5, "f32"), op.ids)
+    factors, scaling = amax(op.x)
+    want = amax_reference(op.x.values)
+    assert want[1] > 1  # the case rescales
+    check(agreement, scaling, "kernel_mul_mm_id_amax_part_f32 + kernel_mul_mm_id_amax_f32 "
+          f"rows={op.x.ne[1] * op.x.ne[2]} K={op.x.ne[0]}", factors.astype(np.float64), want,
+          "numpy: max |x| per part, 2^(ceil(log2 max) - 15)", bitwise=True)
+    tpe, hids, _ = map0(op)
+    actual, parts = mul_mm_id(op, tpe, hids, factors)
+    inv = float(want[0])
+    x_half = _as_half(op.x.values * inv) / inv
+    w_half = _as_half(op.w.values)
+    expected, scale = reference(Moe(encoded(w_half, "f32"), encoded(x_half, "f32"), op.ids),
+                                tiles=False)
+    check(agreement, parts, _name(parts[0].kernel.name, op) + " amax", actual / scale,
+          expected / scale, "numpy float64, activations scaled by 1 / s and rounded to half, "
+          "weights to half, the products times s; error / sum|products|", **SUMS)
