@@ -1,7 +1,9 @@
-"""llama.cpp's small kernels of misc.metal, reduce.metal and tri.metal: argmax, pad (zero
-and circular), arange, timestep_embedding, count_equal (after memset), sum_rows and mean,
-cumsum (a block pass, and for rows longer than a threadgroup the passes that carry the
-blocks' totals), tri, each dispatched as its ggml_metal_op_* does, against numpy.
+"""llama.cpp's small kernels: argmax, pad (zero and circular), arange, timestep_embedding,
+count_equal after memset (misc.metal); sum_rows and mean, cumsum (a block pass, and for
+rows longer than a threadgroup the passes that carry the blocks' totals; reduce.metal);
+tri (tri.metal); l2_norm (norm.metal); add_id (binbcast.metal); concat (quantize.metal,
+also block by block for quantised rows), each dispatched as its ggml_metal_op_* does,
+against numpy.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ import pytest
 
 from .llama_cpp import MAX_THREADS, built, check, fc, new, run
 from .llama_cpp_structs import impl_define, pack
-from .llama_cpp_tensors import decode, encoded, integers
+from .llama_cpp_tensors import blocks, decode, encoded, integers
 
 SLOW = pytest.mark.slow
 EXACT = {"dtype": "float64", "atol": 0.0, "rtol": 0.0}
@@ -204,3 +206,75 @@ def test_tri(agreement, gtype, ttype, shape) -> None:
               (min(nth, x.ne[0]), 1, 1))
     check(agreement, b, f"kernel_tri_{gtype}_{ttype} {shape}", decode(out[2], gtype, shape),
           _TRI[ttype](x.values), "numpy triu / tril", **EXACT)
+
+
+@pytest.mark.parametrize("shape", [(3, 64), pytest.param((2, 2, 37), marks=SLOW)])
+def test_l2_norm(agreement, shape) -> None:
+    x = encoded(np.random.default_rng(18).standard_normal(shape), "f32")
+    eps = 1e-6
+    c4 = x.ne[0] % 4 == 0
+    b = built("norm.metal", f"kernel_l2_norm_f32_f32{'_4' if c4 else ''}")
+    args = pack("ggml_metal_kargs_l2_norm", x.locals("0"), x.locals(""), eps=eps,
+                ne00=x.ne[0] // 4 if c4 else x.ne[0], ne0=x.ne[0] // 4 if c4 else x.ne[0])
+    nth = 32
+    while nth < x.ne[0] and nth < MAX_THREADS:
+        nth *= 2
+    out = run(b, {0: args, 1: x, 2: new(x.nbytes)}, (x.ne[1], x.ne[2], x.ne[3]),
+              (nth, 1, 1), 32 * 4)
+    norm = np.sqrt((x.values ** 2).sum(-1, keepdims=True))
+    check(agreement, b, f"{b.kernel.name} {shape}", decode(out[2], "f32", shape),
+          x.values / np.maximum(norm, eps), "numpy float64 x / max(|x|, eps)",
+          dtype="float32", atol=1e-6, rtol=1e-5)
+
+
+@pytest.mark.parametrize(("tokens", "used", "experts", "width"), [
+    (3, 2, 4, 40), pytest.param(5, 4, 8, 1500, marks=SLOW)])
+def test_add_id(agreement, tokens, used, experts, width) -> None:
+    # ggml_add_id: each (token, slot) row plus the bias row of the expert it was routed to.
+    g = np.random.default_rng(19)
+    x = encoded(g.standard_normal((tokens, used, width)), "f32")
+    bias = encoded(g.standard_normal((experts, width)), "f32")
+    ids = integers(np.argsort(g.random((tokens, experts)), axis=1)[:, :used].astype(np.int32))
+    b = built("binbcast.metal", "kernel_add_id")
+    args = pack("ggml_metal_kargs_add_id", ne0=width, ne1=used, nb01=x.nb[1], nb02=x.nb[2],
+                nb11=bias.nb[1], nb21=ids.nb[1])
+    out = run(b, {0: args, 1: x, 2: bias, 3: ids, 4: new(x.nbytes)}, (used, tokens, 1),
+              (min(MAX_THREADS, width), 1, 1))
+    want = x.values + bias.values[ids.values.astype(int)]
+    check(agreement, b, f"kernel_add_id tokens={tokens} experts={experts}/{used} "
+          f"width={width}", decode(out[4], "f32", x.values.shape),
+          encoded(want, "f32").values, "numpy float64, rounded once to float32", **EXACT)
+
+
+@pytest.mark.parametrize(("gtype", "a_shape", "b_shape", "dim"), [
+    ("f32", (2, 3, 4, 5), (2, 3, 2, 5), 1),
+    pytest.param("f16", (1, 2, 3, 300), (1, 2, 3, 40), 0, marks=SLOW),
+    pytest.param("i32", (2, 1, 3, 4), (2, 2, 3, 4), 2, marks=SLOW),
+    pytest.param("q8_0", (2, 3, 64), (2, 3, 32), 0, marks=SLOW),  # whole blocks
+])
+def test_concat(agreement, gtype, a_shape, b_shape, dim) -> None:
+    # `dim` counts ggml's dimensions, innermost first.
+    g = np.random.default_rng(20)
+    if gtype == "i32":
+        a, c = (integers(g.integers(-9, 9, s).astype(np.int32)) for s in (a_shape, b_shape))
+    else:
+        a, c = (encoded(g.standard_normal(s), gtype) for s in (a_shape, b_shape))
+    per_block = blocks(gtype)[0]  # quantised rows are concatenated block by block
+    want = np.concatenate([a.values, c.values], axis=a.values.ndim - 1 - dim)
+    dst = encoded(np.zeros(want.shape), gtype)
+    b = built("quantize.metal", f"kernel_concat_{gtype}")
+    ne0 = dst.ne[0] // per_block
+    args = pack("ggml_metal_kargs_concat", a.locals("0"), c.locals("1"), dst.locals(""),
+                ne00=a.ne[0] // per_block, ne10=c.ne[0] // per_block, ne0=ne0, dim=dim)
+    nth = min(256, ne0)
+    nrptg = 1
+    if nth < 256:
+        nrptg = min(-(-256 // nth), dst.ne[1])
+        if nrptg * nth > 256:
+            nrptg = 256 // nth
+    out = run(b, {0: args, 1: a, 2: c, 3: new(dst.nbytes)},
+              (-(-dst.ne[1] // nrptg), dst.ne[2], dst.ne[3]), (nth, nrptg, 1))
+    check(agreement, b, f"kernel_concat_{gtype} {a_shape} + {b_shape} dim={dim}",
+          decode(out[3], gtype, want.shape), want, "numpy concatenate (decoded values equal)",
+          **EXACT)
+
