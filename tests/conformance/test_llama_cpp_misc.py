@@ -155,8 +155,9 @@ def cumsum(x) -> tuple[np.ndarray, list]:
     scratch = {f"net{i}": net[i] for i in range(4)} | {f"nbt{i}": nbt[i] for i in range(4)}
     blk = built("reduce.metal", "kernel_cumsum_blk_f32")
     args = pack("ggml_metal_kargs_cumsum_blk", x.locals("0"), **scratch, outb=x.ne[0] > nth)
-    tmp_bytes = 4 * int(np.prod(net))
-    out = run(blk, {0: args, 1: x, 2: new(tmp_bytes), 3: new(x.nbytes)},
+    # The scratch row after dst: written only when the row spans several blocks.
+    tmp = new(4 * int(np.prod(net)), scratch=x.ne[0] <= nth)
+    out = run(blk, {0: args, 1: x, 2: tmp, 3: new(x.nbytes)},
               (net0 * x.ne[1], x.ne[2], x.ne[3]), (nth, 1, 1), 32 * 4)
     dst, parts = out[3], [blk]
     if x.ne[0] > nth:

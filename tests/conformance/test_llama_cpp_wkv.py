@@ -118,14 +118,17 @@ def test_solve_tri(agreement, n, k, batch) -> None:
                    fc("FC_SOLVE_TRI", 2): k})
     dst = encoded(np.zeros(want.shape), "f32")
     args = pack("ggml_metal_kargs_solve_tri", a.locals("0"), rhs.locals("1"), dst.locals(""))
-    # Each SIMD-group stages a row of A as whole 32-wide loads, so the last rows read up to
-    # nsg padded rows past the matrix: inside the host's larger buffer, here spare bytes.
+    # The kernel reads whole 32-wide rows: A's staged rows, and dst's rows (solved or not,
+    # times a zero mask) up to 32 past the last when N % 32 != 0. Metal reads them inside
+    # the host's larger buffer; here spare zero bytes follow A and dst.
     spare = np.zeros(4 * nsg * (-(-n // 32) * 32), np.uint8)
     a_bytes = np.concatenate([a.data, spare])
-    out = run(solve, {0: args, 1: a_bytes, 2: rhs, 3: new(dst.nbytes)},
+    ragged = n % 32 != 0
+    solved = new(dst.nbytes + (4 * 32 * k if ragged else 0), scratch=ragged)
+    out = run(solve, {0: args, 1: a_bytes, 2: rhs, 3: solved},
               (-(-k // nsg), a.ne[2], a.ne[3]), (32, nsg, 1),
               -(-(-(-n // 32) * 32 * nsg * 4) // 16) * 16)
-    x = decode(out[3], "f32", want.shape)
+    x = decode(out[3][:dst.nbytes], "f32", want.shape)
     # Forward substitution in float32: the residual A x - b, relative to |A| |x| + |b|.
     residual = np.abs(a.values @ x - rhs.values) / (np.abs(a.values) @ np.abs(x) +
                                                      np.abs(rhs.values))
