@@ -15,10 +15,11 @@ import pytest
 
 from .llama_cpp import Built, built, check, fc, new, run
 from .llama_cpp_structs import impl_define, pack
-from .llama_cpp_tensors import Tensor, decode, encoded, integers
+from .llama_cpp_tensors import Tensor, decode, encoded, integers, random_blocks
 
 SLOW = pytest.mark.slow
 FLOATS = ("f32", "f16", "bf16")
+K_QUANTS = ("q4_K", "q6_K")  # gguf cannot quantise to them: random blocks
 # float32 sums of K products: errors measured relative to the sum of |products|.
 SUMS = {"dtype": "float64", "atol": 2e-6, "rtol": 0.0}
 
@@ -42,7 +43,9 @@ class Moe:
 def operands(gtype: str, experts: int, used: int, m: int, k: int, tokens: int,
              shared_row: bool) -> Moe:
     g = np.random.default_rng(experts * 1000 + m + k + tokens)
-    w = encoded(g.standard_normal((experts, m, k)) * 0.5, gtype)
+    shape = (experts, m, k)
+    w = random_blocks(shape, gtype, g) if gtype in K_QUANTS else \
+        encoded(g.standard_normal(shape) * 0.5, gtype)
     x = encoded(g.standard_normal((tokens, 1 if shared_row else used, k)), "f32")
     choice = np.argsort(g.random((tokens, experts)), axis=1)[:, :used]
     return Moe(w, x, integers(choice.astype(np.int32)))
@@ -52,12 +55,18 @@ def _as_half(values: np.ndarray) -> np.ndarray:
     return values.astype(np.float16).astype(np.float64)
 
 
+def _as_tile(values: np.ndarray, gtype: str) -> np.ndarray:
+    """kernel_mul_mm_id stages both operands as half, or bfloat for bf16 weights (its S0
+    and S1 template arguments)."""
+    return encoded(values, "bf16").values if gtype == "bf16" else _as_half(values)
+
+
 def reference(op: Moe, tiles: bool) -> tuple[np.ndarray, np.ndarray]:
     """dst[t, s] = W[ids[t, s]] x[t, s mod ne11], and the sum of |products| of each; with
-    `tiles`, both operands rounded to half first, as kernel_mul_mm_id stages them."""
+    `tiles`, both operands rounded as kernel_mul_mm_id stages them."""
     w, x = op.w.values, op.x.values
     if tiles:
-        w, x = _as_half(w), _as_half(x)
+        w, x = _as_tile(w, op.w.gtype), _as_tile(x, op.w.gtype)
     ids = op.ids.values.astype(int)
     tokens, used = ids.shape
     out, scale = np.zeros(op.dst_shape), np.zeros(op.dst_shape)
@@ -173,6 +182,9 @@ def _name(kernel: str, op: Moe) -> str:
     pytest.param("f16", 3, 2, 10, 70, 2, False, marks=SLOW),    # ne00 % 4 != 0: scalar rows
     pytest.param("q8_0", 4, 2, 16, 96, 3, False, marks=SLOW),
     pytest.param("f32", 5, 3, 8, 200, 2, False, marks=SLOW),    # 2 SIMD-groups
+    pytest.param("bf16", 4, 2, 8, 64, 2, False, marks=SLOW),
+    pytest.param("q4_K", 4, 2, 8, 256, 2, False, marks=SLOW),
+    pytest.param("q6_K", 4, 2, 8, 512, 2, True, marks=SLOW),
 ])
 def test_mul_mv_id(agreement, gtype, experts, used, m, k, tokens, shared) -> None:
     op = operands(gtype, experts, used, m, k, tokens, shared)
@@ -199,6 +211,9 @@ def map0_reference(ids: np.ndarray, experts: int) -> tuple[np.ndarray, list[np.n
     pytest.param("q4_0", 8, 4, 64, 128, 64, True, marks=SLOW),  # one row per token
     pytest.param("q8_0", 4, 1, 128, 64, 36, False, marks=SLOW),
     pytest.param("f32", 4, 2, 32, 96, 33, False, marks=SLOW),
+    pytest.param("bf16", 4, 2, 64, 64, 32, False, marks=SLOW),
+    pytest.param("q4_K", 4, 2, 64, 256, 32, False, marks=SLOW),
+    pytest.param("q6_K", 4, 2, 64, 256, 40, True, marks=SLOW),
 ])
 def test_mul_mm_id(agreement, gtype, experts, used, m, k, tokens, shared) -> None:
     op = operands(gtype, experts, used, m, k, tokens, shared)
@@ -206,14 +221,15 @@ def test_mul_mm_id(agreement, gtype, experts, used, m, k, tokens, shared) -> Non
     want_tpe, want_lists = map0_reference(op.ids.values.astype(int), experts)
     listed = np.concatenate([tpe.astype(np.int64)] + [hids[e, :n] for e, n in
                                                       enumerate(want_tpe)])
-    check(agreement, mapper, _name(mapper.kernel.name, op), listed,
+    check(agreement, mapper, f"{mapper.kernel.name} experts={experts}/{used} tokens={tokens}",
+          listed,
           np.concatenate([want_tpe.astype(np.int64), *want_lists]),
           "numpy: the router's choices listed per expert", bitwise=True)
     actual, parts = mul_mm_id(op, tpe, hids)
     expected, scale = reference(op, tiles=True)
     check(agreement, parts, _name(parts[0].kernel.name, op), actual / scale, expected / scale,
           "numpy float64 on gguf's dequantisation, per (token, expert), operands rounded as "
-          "the kernel stages them (half tiles); error / sum|products|", **SUMS)
+          "the kernel stages them (half or bfloat tiles); error / sum|products|", **SUMS)
 
 
 @pytest.mark.slow
