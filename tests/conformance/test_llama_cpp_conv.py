@@ -1,8 +1,9 @@
 """llama.cpp's convolution-side kernels: im2col (conv.metal, 1D and 2D, and its "ext" form
 for kernels of more than a threadgroup of taps), conv_transpose_1d / _2d (conv.metal),
-pool_1d / pool_2d (pool.metal) and upscale (upscale.metal: nearest, bilinear), each
-dispatched as its ggml_metal_op_* does, against numpy written from ggml's definitions
-(the transposed convolutions as scatters, where the kernels gather).
+pool_1d / pool_2d (pool.metal) and upscale (upscale.metal: nearest, bilinear, bicubic,
+antialiased bilinear), each dispatched as its ggml_metal_op_* does, against numpy written
+from ggml's definitions (the transposed convolutions as scatters where the kernels
+gather, the resamplings as matrices).
 """
 
 from __future__ import annotations
@@ -179,22 +180,38 @@ def test_pool_2d(agreement, op, shape, k, s, p) -> None:
           dtype="float32", atol=1e-6, rtol=1e-6)
 
 
-def _bilinear(x: np.ndarray, out_h: int, out_w: int) -> np.ndarray:
-    """Half-pixel-centre bilinear resampling of the last two axes, edges clamped."""
-    def taps(size: int, out: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        f = (np.arange(out) + 0.5) * size / out - 0.5
-        lo = np.clip(np.floor(f), 0, size - 1).astype(int)
-        return lo, np.minimum(lo + 1, size - 1), np.clip(f - lo, 0, 1)
-    y0, y1, fy = taps(x.shape[-2], out_h)
-    x0, x1, fx = taps(x.shape[-1], out_w)
-    top = x[..., y0, :][..., x0] * (1 - fx) + x[..., y0, :][..., x1] * fx
-    bottom = x[..., y1, :][..., x0] * (1 - fx) + x[..., y1, :][..., x1] * fx
-    return top * (1 - fy)[:, None] + bottom * fy[:, None]
+def _keys_cubic(d: np.ndarray) -> np.ndarray:
+    """Keys' cubic convolution weight at distance d, a = -0.75."""
+    a, d = -0.75, np.abs(d)
+    near = ((a + 2) * d - (a + 3)) * d * d + 1
+    far = ((a * d - 5 * a) * d + 8 * a) * d - 4 * a
+    return np.where(d <= 1, near, np.where(d < 2, far, 0.0))
+
+
+def resampling(size: int, out: int, mode: str) -> np.ndarray:
+    """The [out, size] matrix of a half-pixel-centred resampling along one axis: output i
+    sits at f = (i + 1/2) size / out - 1/2 of the source. Bilinear and bicubic weigh the
+    2 or 4 nearest source samples (taps past an edge taken from the edge); the
+    antialiased bilinear widens the triangle to the downscaling factor and normalises."""
+    f = (np.arange(out) + 0.5) * size / out - 0.5
+    m = np.zeros((out, size))
+    if mode == "bilinear-aa":
+        support = max(1.0, size / out)
+        m = np.maximum(0, 1 - np.abs(np.arange(size)[None, :] - f[:, None]) / support)
+        return m / m.sum(axis=1, keepdims=True)
+    lo, taps = (np.floor(f), (0, 1)) if mode == "bilinear" else (np.floor(f), (-1, 0, 1, 2))
+    weight = (lambda d: np.maximum(0, 1 - np.abs(d))) if mode == "bilinear" else _keys_cubic
+    for t in taps:
+        src = lo + t
+        np.add.at(m, (np.arange(out), np.clip(src, 0, size - 1).astype(int)), weight(src - f))
+    return m
 
 
 @pytest.mark.parametrize(("mode", "shape", "out_shape"), [
     ("nearest", (1, 2, 3, 4), (2, 2, 6, 12)),
     pytest.param("bilinear", (1, 2, 4, 5), (1, 2, 7, 9), marks=SLOW),
+    pytest.param("bicubic", (1, 1, 5, 4), (1, 1, 8, 10), marks=SLOW),
+    pytest.param("bilinear-aa", (1, 2, 9, 12), (1, 2, 4, 5), marks=SLOW),  # downscale
 ])
 def test_upscale(agreement, mode, shape, out_shape) -> None:
     x = encoded(np.random.default_rng(17).standard_normal(shape), "f32")
@@ -204,13 +221,17 @@ def test_upscale(agreement, mode, shape, out_shape) -> None:
         idx = [np.floor(np.arange(o) / (o / i)).astype(int) for i, o in zip(shape, out_shape)]
         want = x.values[np.ix_(*idx)]
     else:
-        want = _bilinear(x.values, *out_shape[2:])
-    b = built("upscale.metal", f"kernel_upscale_{mode}_f32", {fc("FC_UPSCALE"): False})
+        rows = resampling(shape[2], out_shape[2], mode)
+        cols = resampling(shape[3], out_shape[3], mode)
+        want = np.einsum("oh,bchw,pw->bcop", rows, x.values, cols)
+    kernel = mode.split("-")[0]
+    b = built("upscale.metal", f"kernel_upscale_{kernel}_f32",
+              {fc("FC_UPSCALE"): mode.endswith("-aa")})
     args = pack("ggml_metal_kargs_upscale", x.locals("0"), dst.locals(""), sf0=sf[0],
                 sf1=sf[1], sf2=sf[2], sf3=sf[3], poffs=0.5)
     out = run(b, {0: args, 1: x, 2: new(dst.nbytes)}, (dst.ne[1], dst.ne[2], dst.ne[3]),
               (min(MAX_THREADS, dst.ne[0]), 1, 1))
-    check(agreement, b, f"{b.kernel.name} {shape} -> {out_shape}",
-          decode(out[2], "f32", out_shape), want,
-          "numpy: nearest source / half-pixel bilinear", dtype="float32", atol=1e-6,
-          rtol=1e-6)
+    check(agreement, b, f"{b.kernel.name}{' antialiased' if mode.endswith('-aa') else ''} "
+          f"{shape} -> {out_shape}", decode(out[2], "f32", out_shape), want,
+          "numpy: nearest source / half-pixel resampling matrices", dtype="float32",
+          atol=2e-6, rtol=1e-6)
