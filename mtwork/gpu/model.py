@@ -20,8 +20,9 @@ work; the slowest names the bound, and the total is that plus the launch overhea
 
 Occupancy (threadgroups resident per core) is limited by threads, threadgroup memory and
 registers per core; ALU and matrix issue slow down below 24 resident SIMD-groups (a SIMD-
-group issues a dependent instruction every ~6 cycles). Per-core terms use the busiest
-core's share of the threadgroups, so a partial last wave counts.
+group issues a dependent instruction every ~6 cycles). ALU issue needs fewer of them when
+the kernel's threads keep independent chains (`Counters.ilp`). Per-core terms use the
+busiest core's share of the threadgroups, so a partial last wave counts.
 """
 
 from __future__ import annotations
@@ -60,6 +61,12 @@ FFMA_PER_MMA = 8 * 8 * 8
 # metal-benchmarks: "ALU utilization maxes out at 24 simds/core"; its FFMA32 table gives
 # 11.34 cycles per instruction at 4 SIMD-groups, 5.71 at 8 and 1.99 at 88 (ILP 1).
 SIMDGROUPS_FOR_FULL_ISSUE = 24
+# With ILP k a SIMD-group counts as ILP_GAIN[k] SIMD-groups of ILP 1 towards the 24. Fitted
+# to the same FFMA32 table (M1 Max) at ILP 1-4: the slowdown at 4 and 8 SIMD-groups per
+# core against 88 at the same ILP is 5.70, 2.87 (ILP 1); 4.47, 2.27 (2); 3.30, 2.04 (3);
+# 2.70, 1.57 (4); the gain is the geometric mean over 4 and 8 of ILP 1's slowdown over
+# ILP k's. Between whole ILPs it is interpolated; above 4 (the table's last) it stays.
+ILP_GAIN = (1.0, 1.27, 1.56, 1.97)
 
 
 @dataclass(frozen=True)
@@ -92,8 +99,10 @@ class Occupancy:
     threadgroups_per_core: int
     simdgroups_per_core: int
     limited_by: str  # "threads", "threadgroup memory", "registers" or "grid"
-    issue_efficiency: float  # min(1, SIMD-groups per core / 24)
+    issue_efficiency: float  # min(1, SIMD-groups per core / 24): matrix issue
     simd_efficiency: float  # active lanes / 32
+    ilp: float  # Counters.ilp
+    alu_issue_efficiency: float  # min(1, SIMD-groups × ilp_gain(ilp) / 24)
 
 
 @dataclass(frozen=True)
@@ -123,7 +132,8 @@ class Estimate:
         o = self.occupancy
         return (f"occupancy: {o.threadgroups_per_core} threadgroup(s), "
                 f"{o.simdgroups_per_core} SIMD-groups per core, limited by {o.limited_by}; "
-                f"issue efficiency {percent_text(o.issue_efficiency)}, "
+                f"issue efficiency {percent_text(o.alu_issue_efficiency)} ALU at ILP "
+                f"{o.ilp:.2f}, {percent_text(o.issue_efficiency)} matrix; "
                 f"SIMD efficiency {percent_text(o.simd_efficiency)}")
 
     def _rows(self) -> list[list[str]]:
@@ -171,7 +181,7 @@ def estimate(counters: Counters, chip: Chip | str | None = None,
                      for name, cycles in LANE_OP_CYCLES.items()) / (
         SIMD_WIDTH * occ.simd_efficiency)
     alu_cycles += sum(getattr(counters.simd, n) * c for n, c in SIMD_OP_CYCLES.items())
-    alu = alu_cycles * share / (chip.schedulers_per_core * hz * eff)
+    alu = alu_cycles * share / (chip.schedulers_per_core * hz * occ.alu_issue_efficiency)
     s = counters.simd
     mma_ffma = FFMA_PER_MMA * (s.mma_f32 / chip.matrix_ffma_per_core_cycle_f32
                                + (s.mma_f16 + s.mma_bf16) / chip.matrix_ffma_per_core_cycle_f16)
@@ -238,9 +248,20 @@ def occupancy(counters: Counters, chip: Chip) -> Occupancy:
     limits["grid"] = math.ceil(per_dispatch / chip.gpu_cores)
     limited_by = min(limits, key=lambda k: limits[k])
     resident = limits[limited_by]
-    return Occupancy(resident, resident * simds, limited_by,
-                     min(1.0, resident * simds / SIMDGROUPS_FOR_FULL_ISSUE),
-                     counters.simd_efficiency)
+    simdgroups = resident * simds
+    return Occupancy(resident, simdgroups, limited_by,
+                     min(1.0, simdgroups / SIMDGROUPS_FOR_FULL_ISSUE), counters.simd_efficiency,
+                     counters.ilp,
+                     min(1.0, simdgroups * ilp_gain(counters.ilp) / SIMDGROUPS_FOR_FULL_ISSUE))
+
+
+def ilp_gain(ilp: float) -> float:
+    """How many ILP-1 SIMD-groups one SIMD-group of this ILP stands for (`ILP_GAIN`)."""
+    k = min(max(ilp, 1.0), float(len(ILP_GAIN)))
+    low = int(k)
+    if low == len(ILP_GAIN):
+        return ILP_GAIN[-1]
+    return ILP_GAIN[low - 1] + (k - low) * (ILP_GAIN[low] - ILP_GAIN[low - 1])
 
 
 def _check_fits(c: Counters, chip: Chip) -> None:
