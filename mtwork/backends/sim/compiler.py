@@ -5,7 +5,9 @@ went into it, so a change anywhere rebuilds exactly what depends on it:
 
 - the runtime library (fibers, scheduler, worker pool), once per runtime source;
 - a rewritten copy of MLX's Metal kernel headers, once per MLX version and rewrite;
-- one shared library per kernel source, compile options and shim version.
+- one shared library per kernel source, compile options and shim version;
+- precompiled headers of the shim and the MLX headers kernels start with
+  (`precompiled.py`), once per header list and compile flags.
 """
 
 from __future__ import annotations
@@ -25,7 +27,9 @@ from ...cachedir import cache_dir
 from ...errors import CompileError, EmulatorUnavailable
 from ...msl.includes import mlx_include_dir
 from ...toolchain import run_clang
+from . import precompiled
 from .instrument import author_place, instrument
+from .linking import run_link
 from .sources import for_emulator, rewriters_digest
 from .translation import Translation, author_message
 
@@ -151,7 +155,7 @@ def runtime_library() -> Path:
             # runtime for another one costs a first kernel a second build (~8 s).
             args = [*COMMON_FLAGS, *TARGET_FLAGS, "-shared", "-pthread",
                     "-isystem", str(SHIM_DIR), *map(str, sources), "-o", str(tmp)]
-            result = run_clang(args, "the emulator runtime")
+            result = run_link(args, tmp, "the emulator runtime")
             if result.returncode != 0:
                 raise EmulatorUnavailable(
                     f"building the emulator runtime failed:\n{result.stderr}")
@@ -267,16 +271,14 @@ def compile_kernel(tu: Translation, math_mode: str, kernel_label: str,
     try:
         cpp = work / "kernel.cpp"
         cpp.write_text(tu.text)
-        includes = ["-isystem", str(SHIM_DIR), *METAL_PREDECLARED, "-I", str(prelude_dir()),
-                    *user_includes]
+        includes = [*kernel_includes(), *user_includes]
+        pch = precompiled_prelude(tu, flags)
         if profile:
-            built = _compile_profiled(tu, flags, includes, cpp, kernel_label)
+            built = _compile_profiled(tu, flags, includes, cpp, kernel_label, pch)
         else:
             built = work / "kernel.so"
-            result = run_clang([*flags, "-shared", *KERNEL_LINK_FLAGS, *includes, str(cpp),
-                                "-o", str(built)], kernel_label)
-            if result.returncode != 0:
-                raise CompileError(kernel_label, author_message(result.stderr, tu, str(cpp)))
+            _compile_library(tu, [*flags, "-shared", *KERNEL_LINK_FLAGS], includes, cpp,
+                             built, kernel_label, pch)
         cachedir.publish(built, target)
     finally:
         shutil.rmtree(work, ignore_errors=True)
@@ -284,16 +286,41 @@ def compile_kernel(tu: Translation, math_mode: str, kernel_label: str,
     return library
 
 
+def kernel_includes() -> list[str]:
+    """Where a kernel's includes are found: the shim, then MLX's rewritten headers."""
+    return ["-isystem", str(SHIM_DIR), *METAL_PREDECLARED, "-I", str(prelude_dir())]
+
+
+def precompiled_prelude(tu: Translation, flags: Sequence[str]) -> Path | None:
+    """The precompiled header `tu` can start from when compiled with `flags`."""
+    return precompiled.precompiled_header(precompiled.leading_headers(tu), flags,
+                                          kernel_includes(), shim_version())
+
+
+def _compile_library(tu: Translation, flags: list[str], includes: list[str], cpp: Path,
+                     built: Path, kernel_label: str, pch: Path | None) -> None:
+    """Compiles and links `cpp` into `built`, from the precompiled header when there is
+    one (and without it when that header turns out unusable)."""
+    args = [*flags, *includes, str(cpp), "-o", str(built)]
+    result = run_link([*precompiled.uses_precompiled_header(pch), *args], built, kernel_label)
+    if result.returncode != 0 and precompiled.stale(pch, result.stderr):
+        result = run_link(args, built, kernel_label)
+    if result.returncode != 0:
+        raise CompileError(kernel_label, author_message(result.stderr, tu, str(cpp)))
+
+
 def _compile_profiled(tu: Translation, flags: list[str], includes: list[str], cpp: Path,
-                      kernel_label: str) -> Path:
+                      kernel_label: str, pch: Path | None) -> Path:
     """The profiled variant, in two steps: clang writes the optimised IR, instrument.py
     counts its blocks and adds the counting calls, and clang compiles that IR (without
     optimising it again). Returns the folder holding kernel.so and table.json."""
     folder = cpp.parent / "profiled"
     folder.mkdir()
     ir = cpp.with_suffix(".ll")
-    result = run_clang([*flags, "-S", "-emit-llvm", *includes, str(cpp), "-o", str(ir)],
-                       kernel_label)
+    args = [*flags, "-S", "-emit-llvm", *includes, str(cpp), "-o", str(ir)]
+    result = run_clang([*precompiled.uses_precompiled_header(pch), *args], kernel_label)
+    if result.returncode != 0 and precompiled.stale(pch, result.stderr):
+        result = run_clang(args, kernel_label)
     if result.returncode != 0:
         raise CompileError(kernel_label, author_message(result.stderr, tu, str(cpp)))
     text, table = instrument(ir.read_text(), shim_dir=str(SHIM_DIR),
@@ -302,9 +329,10 @@ def _compile_profiled(tu: Translation, flags: list[str], includes: list[str], cp
     counted.write_text(text)
     # The coverage callbacks are in the IR already; defines and language flags do nothing.
     codegen = [f for f in flags if not f.startswith(("-fsanitize-coverage", "-D", "-std"))]
-    result = run_clang([*codegen, "-Xclang", "-disable-llvm-passes", "-shared",
-                        *KERNEL_LINK_FLAGS, str(counted), "-o", str(folder / "kernel.so")],
-                       kernel_label)
+    library = folder / "kernel.so"
+    result = run_link([*codegen, "-Xclang", "-disable-llvm-passes", "-shared",
+                       *KERNEL_LINK_FLAGS, str(counted), "-o", str(library)], library,
+                      kernel_label)
     if result.returncode != 0:
         raise CompileError(kernel_label, f"the profiled build failed:\n{result.stderr}")
     (folder / "table.json").write_text(json.dumps(table.to_json()))
