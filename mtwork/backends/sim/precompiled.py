@@ -18,8 +18,9 @@ import hashlib
 import os
 import re
 import shutil
+import subprocess
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from ... import cachedir
@@ -27,7 +28,7 @@ from ...cachedir import cache_dir
 from ...toolchain import run_clang, toolchain_identity
 from .translation import Translation
 
-__all__ = ["leading_headers", "precompiled_header", "stale", "uses_precompiled_header"]
+__all__ = ["leading_headers", "precompiled_header", "run_from"]
 
 _MLX_INCLUDE = re.compile(r'#\s*include\s*"(mlx/backend/metal/kernels/[^"]+)"\s*$')
 # Lines that change nothing a later header sees: blanks, line comments, #line markers,
@@ -119,16 +120,14 @@ def _usable(target: Path) -> bool:
     return True
 
 
-def uses_precompiled_header(pch: Path | None) -> list[str]:
-    """The arguments that make clang read `pch` first (none without one)."""
-    return [] if pch is None else ["-include-pch", str(pch), *_VALIDATE]
-
-
-def stale(pch: Path | None, stderr: str) -> bool:
-    """Whether a failed compile failed on `pch` itself (then it is removed, and the
-    compile runs again without it)."""
-    if pch is None or str(pch) not in stderr:
-        return False
-    _checked.pop(pch, None)
-    cachedir.discard(pch)
-    return True
+def run_from(pch: Path | None, args: list[str],
+             run: Callable[[list[str]], subprocess.CompletedProcess]
+             ) -> subprocess.CompletedProcess:
+    """`run(args)` with clang reading `pch` first; again without it when the compile
+    failed on that header itself (it is then removed, to be built again)."""
+    result = run(args if pch is None else ["-include-pch", str(pch), *_VALIDATE, *args])
+    if result.returncode != 0 and pch is not None and str(pch) in result.stderr:
+        _checked.pop(pch, None)
+        cachedir.discard(pch)
+        result = run(args)
+    return result
