@@ -42,19 +42,35 @@ def _run(kernel, n: int = 64) -> np.ndarray:
 
 def test_the_body_form_starts_from_mlx_utils_and_a_define_stops_the_list():
     tu, _ = translation_unit(_program(_scale()))
-    assert precompiled.leading_headers(tu) == (UTILS,)
+    assert precompiled.leading_headers(tu, compiler.SHIM_DIR) == (UTILS,)
     lib = mtwork.load_metal(f'#define N 4\n#include "{UTILS}"\n[[kernel]] void k('
                             "device float* o [[buffer(0)]]) { o[0] = N; }")
     tu, _ = translation_unit(lib.kernel("k").program)
-    assert precompiled.leading_headers(tu) == ()  # N could change what utils.h means
+    # N could change what utils.h means.
+    assert precompiled.leading_headers(tu, compiler.SHIM_DIR) == ()
 
 
 def test_a_full_source_kernel_gets_the_mlx_headers_it_includes_first():
-    lib = mtwork.load_metal(f'#include <metal_stdlib>\n// MLX\n#include "{UTILS}"\n'
+    lib = mtwork.load_metal(f'#include <metal_stdlib>\n#include <metal_simdgroup>\n// MLX\n'
+                            f'#include "{UTILS}"\n'
                             "using namespace metal;\n[[kernel]] void k(device float* o "
                             "[[buffer(0)]]) { o[0] = 1; }")
     tu, _ = translation_unit(lib.kernel("k").program)
-    assert precompiled.leading_headers(tu) == (UTILS,)
+    assert precompiled.leading_headers(tu, compiler.SHIM_DIR) == (UTILS,)
+
+
+def test_a_shim_header_outside_metal_stdlib_or_an_own_copy_ends_the_list(tmp_path: Path):
+    kernel = "[[kernel]] void k(device float* o [[buffer(0)]]) { o[0] = 1; }"
+    lib = mtwork.load_metal(f'#include <metal_tensor>\n#include "{UTILS}"\n{kernel}')
+    tu, _ = translation_unit(lib.kernel("k").program)
+    assert precompiled.leading_headers(tu, compiler.SHIM_DIR) == ()
+    own = tmp_path / "mlx" / "backend" / "metal" / "kernels" / "utils.h"
+    own.parent.mkdir(parents=True)
+    own.write_text("#pragma once\n#include <metal_stdlib>\n")
+    main = tmp_path / "k.metal"
+    main.write_text(f'#include "{UTILS}"\n{kernel}')
+    tu, _ = translation_unit(mtwork.load_metal(main).kernel("k").program)
+    assert precompiled.leading_headers(tu, compiler.SHIM_DIR) == ()  # its own utils.h
 
 
 def test_kernels_share_one_precompiled_header_per_flags():

@@ -317,7 +317,7 @@ def kernel_includes() -> list[str]:
 
 def precompiled_prelude(tu: Translation, flags: Sequence[str]) -> Path | None:
     """The precompiled header `tu` can start from when compiled with `flags`."""
-    return precompiled.precompiled_header(precompiled.leading_headers(tu), flags,
+    return precompiled.precompiled_header(precompiled.leading_headers(tu, SHIM_DIR), flags,
                                           kernel_includes(), shim_version())
 
 

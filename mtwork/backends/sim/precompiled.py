@@ -21,6 +21,7 @@ import shutil
 import subprocess
 import threading
 from collections.abc import Callable, Sequence
+from functools import cache
 from pathlib import Path
 
 from ... import cachedir
@@ -31,9 +32,9 @@ from .translation import Translation
 __all__ = ["leading_headers", "precompiled_header", "run_from"]
 
 _MLX_INCLUDE = re.compile(r'#\s*include\s*"(mlx/backend/metal/kernels/[^"]+)"\s*$')
-# Lines that change nothing a later header sees: blanks, line comments, #line markers,
-# the shim's own headers (all of them already in <metal_types>).
-_NEUTRAL = re.compile(r"\s*(?://.*)?$|\s*#\s*line\b|\s*#\s*include\s*<metal_\w+>\s*$")
+# Lines that change nothing a later header sees: blanks, line comments, #line markers.
+_NEUTRAL = re.compile(r"\s*(?://.*)?$|\s*#\s*line\b")
+_SHIM_INCLUDE = re.compile(r"\s*#\s*include\s*<(metal_\w+)>\s*$")
 # Validate by content: a checkout that rewrites a header with the same bytes (a new
 # modification time) keeps its precompiled header.
 _VALIDATE = ("-fpch-validate-input-files-content",)
@@ -41,32 +42,51 @@ _lock = threading.Lock()
 _checked: dict[Path, tuple[int, int, int]] = {}  # seal verified for this (inode, size, mtime)
 
 
-def leading_headers(tu: Translation) -> tuple[str, ...]:
+def leading_headers(tu: Translation, shim_dir: Path) -> tuple[str, ...]:
     """The MLX headers `tu` includes before anything else: from the text before the
     author's main file, then from that file's first lines (when nothing but includes came
-    before it)."""
+    before it). `shim_dir` is the shim's include folder."""
     found: list[str] = []
+    shim = _within_metal_types(shim_dir)
     for line in tu.head.splitlines()[1:]:  # the first is #include <metal_types>
-        if not _take(line, found):
+        if not _take(line, found, shim):
             return tuple(found)
     for line in tu.sources.text.splitlines():
-        if not _take(line, found):
+        if not _take(line, found, shim):
             break
     if tu.tree is not None and tu.sources.path is not None:
-        # A quoted include finds the author's neighbour first, when there is one.
+        # A quoted include finds the author's neighbour first, when there is one: the
+        # list ends before it.
         near = tu.tree / tu.sources.path.parent.relative_to(tu.sources.path.anchor)
-        found = [h for h in found if not (near / h).exists()]
+        shadowed = [i for i, h in enumerate(found) if (near / h).exists()]
+        found = found[: shadowed[0]] if shadowed else found
     return tuple(found)
 
 
-def _take(line: str, found: list[str]) -> bool:
-    """Adds an MLX header `line` includes to `found`; whether the scan goes on."""
+def _take(line: str, found: list[str], shim: frozenset[str]) -> bool:
+    """Adds an MLX header `line` includes to `found`; whether the scan goes on (past
+    lines that change nothing, and shim headers <metal_types> already holds)."""
     m = _MLX_INCLUDE.match(line.strip())
     if m:
         if m.group(1) not in found:
             found.append(m.group(1))
         return True
+    included = _SHIM_INCLUDE.match(line)
+    if included:
+        return included.group(1) in shim
     return bool(_NEUTRAL.match(line))
+
+
+@cache
+def _within_metal_types(shim_dir: Path) -> frozenset[str]:
+    """The shim's headers that only include <metal_stdlib> (which <metal_types> does)."""
+    inside = {"metal_stdlib"}
+    for header in shim_dir.glob("metal_*"):
+        lines = [t.strip() for t in header.read_text().splitlines()]
+        directives = [t for t in lines if t.startswith("#") and t != "#pragma once"]
+        if directives == ['#include "metal_stdlib"']:
+            inside.add(header.name)
+    return frozenset(inside)
 
 
 def precompiled_header(headers: Sequence[str], flags: Sequence[str],
