@@ -7,7 +7,8 @@ temporary folder, zig's own cache inside it) and times the first kernel call, wh
 builds everything: the runtime library (once per shim and runtime version), MLX's
 rewritten headers (once per MLX version), the precompiled header, the kernel. Its stages
 are then timed one by one, on another empty cache, to say where the time goes (in the
-first call they overlap: the runtime builds in a thread of its own). The warm compiles
+first call they overlap: the runtime builds in a thread of its own; a checkout from
+before that builds them in turn). The warm compiles
 run in a new process on the warmed cache, each with a kernel text never seen (median).
 CPU seconds (the process and its clang children) are printed beside wall seconds: on a
 shared machine they say more than the wall clock. Targets: first compile < 5 s, warm
@@ -99,9 +100,9 @@ def _measure(checkout: Path, body: str, samples: int) -> dict[str, dict]:
     return {"first": first, "warm": warm}
 
 
-def _stages(body: str) -> dict[str, list[float]]:
+def _stages(checkout: Path, body: str) -> dict[str, list[float]]:
     with tempfile.TemporaryDirectory(prefix="mtwork-compile-") as tmp:
-        return _worker(ROOT, Path(tmp), "stages", body)
+        return _worker(checkout, Path(tmp), "stages", body)
 
 
 def main() -> int:
@@ -126,9 +127,10 @@ def main() -> int:
             for c in order[r % 2:] + order[: r % 2]:
                 runs[c].append(_measure(checkouts[c], body, args.samples))
         _report(name, runs)
-        stages = _stages(body)
-        print("  stages one by one, empty cache: " + ", ".join(
-            f"{stage} {wall:.2f} / {cpu:.2f}" for stage, (wall, cpu) in stages.items()))
+        for c, checkout in checkouts.items():
+            stages = _stages(checkout, body)
+            print(f"  {c}: stages one by one, empty cache: " + ", ".join(
+                f"{stage} {wall:.2f} / {cpu:.2f}" for stage, (wall, cpu) in stages.items()))
     print(f"load average after: {os.getloadavg()[0]:.2f}")
     return 0
 

@@ -260,17 +260,21 @@ def pin(path: Path) -> None:
 
 
 def evict(limit: int | None = None, keep: Path | None = None) -> int:
-    """Removes least recently used artefacts (never `keep`, nor pinned ones) until the
-    cache holds at most 90% of `limit` (default `max_size()`) bytes; returns the bytes
-    freed. The cache is walked only when its running total says it may be over."""
+    """Once the cache holds more than 90% of `limit` (default `max_size()`) bytes, removes
+    least recently used artefacts (never `keep`, nor pinned ones) until it holds at most
+    80%; returns the bytes freed. The cache is walked only when its running total says
+    it may be over (the 10% between is what spares the walk on most builds)."""
     limit = max_size() if limit is None else limit
     if _usage_below(limit * 0.9):
         return 0
     items = sorted(_artefacts(cache_dir()))
     total = sum(size for _, size, _ in items)
+    if total <= limit * 0.9:
+        _record_usage(total)
+        return 0
     freed = 0
     for _, size, path in items:
-        if total - freed <= limit * 0.9:
+        if total - freed <= limit * 0.8:
             break
         if path in _pinned or path == keep:
             continue
