@@ -28,6 +28,10 @@ def _program(kernel) -> Program:
     return kernel.program(kernel.generate([mx.zeros((4,))], [mx.float32]))
 
 
+def _leading(tu) -> tuple[str, ...]:
+    return precompiled.leading_headers(tu, compiler.SHIM_DIR, compiler.prelude_dir())
+
+
 def _scale(body: str = "o[thread_position_in_grid.x] = a[thread_position_in_grid.x] * 3.0f;"):
     return mtwork.metal_kernel(f"scale_{uuid.uuid4().hex[:8]}", ["a"], ["o"],
                                f"{body} // {uuid.uuid4()}")
@@ -42,12 +46,12 @@ def _run(kernel, n: int = 64) -> np.ndarray:
 
 def test_the_body_form_starts_from_mlx_utils_and_a_define_stops_the_list():
     tu, _ = translation_unit(_program(_scale()))
-    assert precompiled.leading_headers(tu, compiler.SHIM_DIR) == (UTILS,)
+    assert _leading(tu) == (UTILS,)
     lib = mtwork.load_metal(f'#define N 4\n#include "{UTILS}"\n[[kernel]] void k('
                             "device float* o [[buffer(0)]]) { o[0] = N; }")
     tu, _ = translation_unit(lib.kernel("k").program)
     # N could change what utils.h means.
-    assert precompiled.leading_headers(tu, compiler.SHIM_DIR) == ()
+    assert _leading(tu) == ()
 
 
 def test_a_full_source_kernel_gets_the_mlx_headers_it_includes_first():
@@ -56,21 +60,31 @@ def test_a_full_source_kernel_gets_the_mlx_headers_it_includes_first():
                             "using namespace metal;\n[[kernel]] void k(device float* o "
                             "[[buffer(0)]]) { o[0] = 1; }")
     tu, _ = translation_unit(lib.kernel("k").program)
-    assert precompiled.leading_headers(tu, compiler.SHIM_DIR) == (UTILS,)
+    assert _leading(tu) == (UTILS,)
 
 
 def test_a_shim_header_outside_metal_stdlib_or_an_own_copy_ends_the_list(tmp_path: Path):
     kernel = "[[kernel]] void k(device float* o [[buffer(0)]]) { o[0] = 1; }"
     lib = mtwork.load_metal(f'#include <metal_tensor>\n#include "{UTILS}"\n{kernel}')
     tu, _ = translation_unit(lib.kernel("k").program)
-    assert precompiled.leading_headers(tu, compiler.SHIM_DIR) == ()
+    assert _leading(tu) == ()
     own = tmp_path / "mlx" / "backend" / "metal" / "kernels" / "utils.h"
     own.parent.mkdir(parents=True)
     own.write_text("#pragma once\n#include <metal_stdlib>\n")
     main = tmp_path / "k.metal"
     main.write_text(f'#include "{UTILS}"\n{kernel}')
     tu, _ = translation_unit(mtwork.load_metal(main).kernel("k").program)
-    assert precompiled.leading_headers(tu, compiler.SHIM_DIR) == ()  # its own utils.h
+    assert _leading(tu) == ()  # its own utils.h
+
+
+def test_only_headers_included_once_go_in():
+    # MLX's sort.h has no #pragma once: in the precompiled header, the author's include of
+    # it would define its kernels a second time.
+    lib = mtwork.load_metal(f'#include "{UTILS}"\n#include "mlx/backend/metal/kernels/'
+                            'sort.h"\n[[kernel]] void k(device float* o [[buffer(0)]]) '
+                            "{ o[0] = 1; }")
+    tu, _ = translation_unit(lib.kernel("k").program)
+    assert _leading(tu) == (UTILS,)
 
 
 def test_kernels_share_one_precompiled_header_per_flags():

@@ -317,8 +317,8 @@ def kernel_includes() -> list[str]:
 
 def precompiled_prelude(tu: Translation, flags: Sequence[str]) -> Path | None:
     """The precompiled header `tu` can start from when compiled with `flags`."""
-    return precompiled.precompiled_header(precompiled.leading_headers(tu, SHIM_DIR), flags,
-                                          kernel_includes(), shim_version())
+    headers = precompiled.leading_headers(tu, SHIM_DIR, prelude_dir())
+    return precompiled.precompiled_header(headers, flags, kernel_includes(), shim_version())
 
 
 def _compile_library(tu: Translation, flags: list[str], includes: list[str], cpp: Path,

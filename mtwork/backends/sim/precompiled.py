@@ -21,6 +21,7 @@ import shutil
 import subprocess
 import threading
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
@@ -35,6 +36,7 @@ _MLX_INCLUDE = re.compile(r'#\s*include\s*"(mlx/backend/metal/kernels/[^"]+)"\s*
 # Lines that change nothing a later header sees: blanks, line comments, #line markers.
 _NEUTRAL = re.compile(r"\s*(?://.*)?$|\s*#\s*line\b")
 _SHIM_INCLUDE = re.compile(r"\s*#\s*include\s*<(metal_\w+)>\s*$")
+_PRAGMA_ONCE = re.compile(r"^\s*#\s*pragma\s+once\b", re.M)
 # Validate by content: a checkout that rewrites a header with the same bytes (a new
 # modification time) keeps its precompiled header.
 _VALIDATE = ("-fpch-validate-input-files-content",)
@@ -42,17 +44,19 @@ _lock = threading.Lock()
 _checked: dict[Path, tuple[int, int, int]] = {}  # seal verified for this (inode, size, mtime)
 
 
-def leading_headers(tu: Translation, shim_dir: Path) -> tuple[str, ...]:
+def leading_headers(tu: Translation, shim_dir: Path, mlx_dir: Path) -> tuple[str, ...]:
     """The MLX headers `tu` includes before anything else: from the text before the
     author's main file, then from that file's first lines (when nothing but includes came
-    before it). `shim_dir` is the shim's include folder."""
+    before it). `shim_dir` is the shim's include folder, `mlx_dir` that of MLX's
+    rewritten headers. Only headers included once (``#pragma once``) go in: the author's
+    own include of one then adds nothing (MLX's kernel headers, sort.h say, have none)."""
     found: list[str] = []
-    shim = _within_metal_types(shim_dir)
+    scan = _Scan(_within_metal_types(shim_dir), mlx_dir)
     for line in tu.head.splitlines()[1:]:  # the first is #include <metal_types>
-        if not _take(line, found, shim):
+        if not scan.take(line, found):
             return tuple(found)
     for line in tu.sources.text.splitlines():
-        if not _take(line, found, shim):
+        if not scan.take(line, found):
             break
     if tu.tree is not None and tu.sources.path is not None:
         # A quoted include finds the author's neighbour first, when there is one: the
@@ -63,18 +67,34 @@ def leading_headers(tu: Translation, shim_dir: Path) -> tuple[str, ...]:
     return tuple(found)
 
 
-def _take(line: str, found: list[str], shim: frozenset[str]) -> bool:
-    """Adds an MLX header `line` includes to `found`; whether the scan goes on (past
-    lines that change nothing, and shim headers <metal_types> already holds)."""
-    m = _MLX_INCLUDE.match(line.strip())
-    if m:
-        if m.group(1) not in found:
-            found.append(m.group(1))
-        return True
-    included = _SHIM_INCLUDE.match(line)
-    if included:
-        return included.group(1) in shim
-    return bool(_NEUTRAL.match(line))
+@dataclass(frozen=True)
+class _Scan:
+    shim: frozenset[str]  # shim headers <metal_types> holds
+    mlx_dir: Path
+
+    def take(self, line: str, found: list[str]) -> bool:
+        """Adds an MLX header `line` includes to `found`; whether the scan goes on (past
+        lines that change nothing, and shim headers <metal_types> already holds)."""
+        m = _MLX_INCLUDE.match(line.strip())
+        if m:
+            if not _included_once(self.mlx_dir / m.group(1)):
+                return False
+            if m.group(1) not in found:
+                found.append(m.group(1))
+            return True
+        included = _SHIM_INCLUDE.match(line)
+        if included:
+            return included.group(1) in self.shim
+        return bool(_NEUTRAL.match(line))
+
+
+@cache
+def _included_once(header: Path) -> bool:
+    try:
+        text = header.read_text()
+    except OSError:
+        return False
+    return _PRAGMA_ONCE.search(text) is not None
 
 
 @cache
