@@ -9,9 +9,14 @@ import socket
 import struct
 from typing import Any
 
-__all__ = ["ChannelClosed", "receive", "send"]
+__all__ = ["PLANS_KEPT", "PROGRAMS_KEPT", "ChannelClosed", "receive", "send"]
 
 _HEADER = struct.Struct("!Q")
+
+# How many kernel descriptions and call plans the worker keeps by default, by id: mtwork
+# tells it which ones to let go, so both sides hold the same ones.
+PROGRAMS_KEPT = 256
+PLANS_KEPT = 1024
 
 
 class ChannelClosed(EOFError):
@@ -19,13 +24,12 @@ class ChannelClosed(EOFError):
 
 
 def send(sock: socket.socket, message: Any, fds: list[int] | tuple[int, ...] = ()) -> None:
+    # One write for the header and the payload: the other side wakes once, with the
+    # whole message there to read.
     payload = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
-    header = _HEADER.pack(len(payload))
-    if fds:
-        socket.send_fds(sock, [header], list(fds))
-    else:
-        sock.sendall(header)
-    sock.sendall(payload)
+    data = _HEADER.pack(len(payload)) + payload
+    sent = socket.send_fds(sock, [data], list(fds)) if fds else 0
+    sock.sendall(memoryview(data)[sent:])
 
 
 def _exactly(sock: socket.socket, n: int) -> bytes:

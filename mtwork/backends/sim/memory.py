@@ -119,7 +119,7 @@ class Memory:
                  + [pads[(lo, hi)] + hi - lo for lo, hi in spans])
         if not sizes:
             return
-        memory = guarded(sizes, guard=self.dispatch.options.sanitize is None)
+        memory = guarded(tuple(sizes), guard=self.dispatch.options.sanitize is None)
         for raw, (index, buf) in zip(memory, fresh.items()):
             shaped = raw.view(types[index]).reshape(tuple(buf.shape))
             self.arrays[index] = initialise(shaped, buf.dtype, buf.fill)

@@ -1,0 +1,67 @@
+"""The worker reuses what it was sent: kernels and call plans by id, guard pages left
+in place while a plan repeats. What it keeps follows what mtwork keeps, whatever the
+order of calls, and a plan reused after the arena grew runs on the new memory."""
+
+import mlx.core as mx
+import numpy as np
+import pytest
+
+import mtwork
+from mtwork.backends import get
+from mtwork.backends.sim.isolation import Isolated
+from mtwork.dispatch import Bound, Dispatch, Fresh, Geometry, Options
+
+
+def _plus(k: int) -> mtwork.MetalKernel:
+    return mtwork.metal_kernel(f"plus_{k}", ["inp"], ["out"],
+                               f"uint i = thread_position_in_grid.x; out[i] = inp[i] + {k}.0f;")
+
+
+def _program_and_call(kernel, x, n):
+    program = kernel.program(kernel.generate([x], [mx.float32]))
+    get("sim").compile(program)
+    call = Dispatch({0: Bound(x, mx.float32), 1: Fresh((n,), mx.float32)},
+                    Geometry((n, 1, 1), (32, 1, 1)), Options(isolate=True))
+    return program, call
+
+
+@pytest.fixture
+def isolated():
+    worker = Isolated(programs_kept=2, plans_kept=3)
+    yield worker
+    worker.close()
+
+
+def test_kernels_and_plans_past_what_is_kept_still_run_right(isolated):
+    kernels = [_plus(k) for k in range(4)]
+    pid = None
+    for _ in range(3):  # each round sends again what the last one let go
+        for k, kernel in enumerate(kernels):
+            for n in (32, 96, 64 * 1024):
+                x = mx.arange(n, dtype=mx.float32)
+                done = isolated.dispatch(*_program_and_call(kernel, x, n))
+                np.testing.assert_array_equal(done.buffers[1], np.arange(n) + k)
+                pid = pid or isolated.pid
+                assert isolated.pid == pid, "the worker was restarted"
+
+
+def test_a_repeated_plan_after_the_arena_grew_runs_on_the_new_memory(isolated):
+    kernel = _plus(1)
+    small = mx.arange(64, dtype=mx.float32)
+    big = mx.arange(1 << 20, dtype=mx.float32)  # 4 MiB: more than the first arena
+    for x in (small, big, small, big):
+        n = x.size
+        done = isolated.dispatch(*_program_and_call(kernel, x, n))
+        np.testing.assert_array_equal(done.buffers[1], np.arange(n) + 1)
+
+
+def test_each_call_of_a_plan_sees_its_own_inputs_and_fresh_outputs(isolated):
+    # Same plan, other values: nothing of the last call's inputs or outputs is reused.
+    kernel = mtwork.metal_kernel("half_the_threads", ["inp"], ["out"],
+                                 "uint i = thread_position_in_grid.x;\n"
+                                 "if (i % 2 == 0) out[i] = inp[i];")
+    for value in (1.0, 2.0, 3.0):
+        x = mx.full((64,), value, dtype=mx.float32)
+        out = isolated.dispatch(*_program_and_call(kernel, x, 64)).buffers[1]
+        np.testing.assert_array_equal(out[::2], np.full(32, value, np.float32))
+        assert np.isnan(out[1::2]).all(), "odd elements should keep the poison of a new output"
