@@ -365,19 +365,15 @@ def generate(
     described with :meth:`InputInfo.of`). The result is shared by calls with the same
     arguments (a cached call skips the generation): treat it as read-only.
     """
-    key = (name, tuple(input_names), tuple(output_names), source, header, atomic_outputs,
-           tuple(validate_template(template)), tuple(_as_infos(inputs)), tuple(output_dtypes))
-    try:
-        hash(key)
-    except TypeError:  # names that are not strings: the checks refuse them
-        return _generate(*key)
-    return _generate_cached(*key)
+    return _generate(name, tuple(input_names), tuple(output_names), source, header,
+                     atomic_outputs, tuple(validate_template(template)),
+                     tuple(_as_infos(inputs)), tuple(output_dtypes))
 
 
+@lru_cache(maxsize=256)
 def _generate(name: str, input_names: tuple[str, ...], output_names: tuple[str, ...],
-              source: str, header: str, atomic_outputs: bool,
-              targs: tuple[tuple[str, TemplateValue], ...], infos: tuple[InputInfo, ...],
-              output_dtypes: tuple[mx.Dtype, ...]) -> GeneratedSource:
+              source: str, header: str, atomic_outputs: bool, targs: tuple, infos: tuple,
+              output_dtypes: tuple) -> GeneratedSource:
     check_has_outputs(output_names)
     check_size(len(infos), len(input_names), "inputs")
     check_size(len(output_dtypes), len(output_names), "output_dtypes")
@@ -410,9 +406,6 @@ def _generate(name: str, input_names: tuple[str, ...], output_names: tuple[str, 
         header_lines=_line_count(header), body_line=body_line,
         body_lines=source.count("\n") + 1,
     )
-
-
-_generate_cached = lru_cache(maxsize=256)(_generate)
 
 
 def _line_count(text: str) -> int:

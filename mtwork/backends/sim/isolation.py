@@ -30,9 +30,11 @@ import sys
 import threading
 from collections import OrderedDict
 from collections.abc import Callable
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+import mlx.core as mx
 import numpy as np
 
 from ...buffers import byte_span, numpy_view
@@ -68,6 +70,9 @@ def _source(buf: Bound) -> tuple[np.ndarray, int, Placement]:
     view = numpy_view(buf.array)
     if buf.contiguous or view.ndim == 0:
         view = np.ascontiguousarray(view)
+    if view.flags.c_contiguous:  # its bytes start at element 0
+        return view, view.ctypes.data, Placement(0, view.nbytes, 0, view.shape, view.strides,
+                                                 view.dtype.str)
     lo, hi = byte_span(view)
     return view, lo, Placement(0, hi - lo, view.ctypes.data - lo, view.shape, view.strides,
                                view.dtype.str)
@@ -89,9 +94,9 @@ def _owners(indices: list[int], placements: dict[int, Placement],
     return owners
 
 
-def _fresh_placement(buf: Fresh) -> Placement:
-    dt = np.dtype(storage_numpy_dtype(buf.dtype))
-    shape = tuple(buf.shape)
+@lru_cache(maxsize=1024)
+def _fresh_placement(shape: tuple[int, ...], dtype: mx.Dtype) -> Placement:
+    dt = np.dtype(storage_numpy_dtype(dtype))
     return Placement(0, math.prod(shape) * dt.itemsize, 0, shape,
                      _c_strides(shape, dt.itemsize), dt.str)
 
@@ -220,7 +225,7 @@ class Isolated:
         for index in indices:
             buf = call.buffers[index]
             if isinstance(buf, Fresh):
-                placements[index] = _fresh_placement(buf)
+                placements[index] = _fresh_placement(tuple(buf.shape), buf.dtype)
             else:
                 view, address, placements[index] = _source(buf)
                 views[index] = view, address
