@@ -65,3 +65,19 @@ def test_each_call_of_a_plan_sees_its_own_inputs_and_fresh_outputs(isolated):
         out = isolated.dispatch(*_program_and_call(kernel, x, 64)).buffers[1]
         np.testing.assert_array_equal(out[::2], np.full(32, value, np.float32))
         assert np.isnan(out[1::2]).all(), "odd elements should keep the poison of a new output"
+
+
+def test_guard_pages_stay_in_place_while_a_plan_repeats(isolated):
+    # The first call writes in bounds; the second, of the same plan, 8 KiB past the end
+    # of its output: its guard page must still be there.
+    kernel = mtwork.metal_kernel("far_when_asked", ["inp"], ["out"],
+                                 "uint i = thread_position_in_grid.x;\n"
+                                 "out[i] = 1.0f;\n"
+                                 "if (inp[0] > 0.0f) out[2048 + i] = 2.0f;")
+    done = isolated.dispatch(*_program_and_call(kernel, mx.zeros((64,)), 64))
+    np.testing.assert_array_equal(done.buffers[1], np.ones(64, np.float32))
+    pid = isolated.pid
+    with pytest.raises(mtwork.KernelFault) as caught:
+        isolated.dispatch(*_program_and_call(kernel, mx.ones((64,)), 64))
+    assert "segmentation fault" in str(caught.value), caught.value
+    assert isolated.pid == pid, "the fault should be caught in the worker, not end it"
