@@ -81,3 +81,26 @@ def test_guard_pages_stay_in_place_while_a_plan_repeats(isolated):
         isolated.dispatch(*_program_and_call(kernel, mx.ones((64,)), 64))
     assert "segmentation fault" in str(caught.value), caught.value
     assert isolated.pid == pid, "the fault should be caught in the worker, not end it"
+
+
+ALIASED = """
+#include <metal_stdlib>
+[[kernel]] void through_both(device float* a [[buffer(0)]], device float* b [[buffer(1)]],
+                             uint i [[thread_position_in_grid]]) {
+    a[i] = 5.0f;
+    b[i] = b[i] + a[i];
+}
+"""
+
+
+def test_one_array_bound_twice_is_one_buffer_whatever_came_before():
+    # Two arrays, then one array at both indices, then two again: the same shapes, but
+    # the second call's buffers are one memory (a write through `a` is seen through `b`).
+    kernel = mtwork.load_metal(ALIASED).kernel("through_both")
+    for _ in range(2):
+        a, b = np.zeros(64, np.float32), np.ones(64, np.float32)
+        kernel(buffers=[a, b], grid=64, threads_per_threadgroup=32, isolate=True)
+        np.testing.assert_array_equal(b, np.full(64, 6.0, np.float32))
+        same = np.ones(64, np.float32)
+        kernel(buffers=[same, same], grid=64, threads_per_threadgroup=32, isolate=True)
+        np.testing.assert_array_equal(same, np.full(64, 10.0, np.float32))

@@ -30,6 +30,7 @@ import sys
 import threading
 from collections import OrderedDict
 from collections.abc import Callable
+from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -64,65 +65,85 @@ def isolate_by_default() -> bool:
                      f"got {os.environ['MTWORK_ISOLATE']!r}")
 
 
-def _source(buf: Bound) -> tuple[np.ndarray, int, Placement]:
+# How the kernel sees a buffer's bytes: (nbytes spanned, offset of element 0 in them,
+# shape, byte strides, numpy dtype).
+Span = tuple[int, int, tuple[int, ...], tuple[int, ...], str]
+
+
+def _source(buf: Bound) -> tuple[np.ndarray, int, Span]:
     """The view whose bytes to copy for a bound buffer (kept alive while they are copied),
     the address they start at, and how the kernel sees them."""
     view = numpy_view(buf.array)
     if buf.contiguous or view.ndim == 0:
         view = np.ascontiguousarray(view)
     if view.flags.c_contiguous:  # its bytes start at element 0
-        return view, view.ctypes.data, Placement(0, view.nbytes, 0, view.shape, view.strides,
-                                                 view.dtype.str)
+        return view, view.ctypes.data, (view.nbytes, 0, view.shape, view.strides,
+                                        view.dtype.str)
     lo, hi = byte_span(view)
-    return view, lo, Placement(0, hi - lo, view.ctypes.data - lo, view.shape, view.strides,
-                               view.dtype.str)
+    return view, lo, (hi - lo, view.ctypes.data - lo, view.shape, view.strides,
+                      view.dtype.str)
 
 
-def _owners(indices: list[int], placements: dict[int, Placement],
-            addresses: dict[int, int]) -> dict[int, int]:
+def _owners(indices: list[int], spans: dict[int, Span],
+            addresses: dict[int, int]) -> tuple[int, ...]:
     """For each buffer, the buffer whose arena memory it uses: itself, or the first bound
     buffer over the very same memory (one buffer bound at several indices is one buffer
     in the arena too, as one MTLBuffer is)."""
     first: dict[tuple[int, int], int] = {}
-    owners = {}
+    owners = []
     for index in indices:
-        nbytes = placements[index].nbytes
+        nbytes = spans[index][0]
         if index in addresses and nbytes:  # the source spans the caller's very bytes
-            owners[index] = first.setdefault((addresses[index], nbytes), index)
+            owners.append(first.setdefault((addresses[index], nbytes), index))
         else:
-            owners[index] = index
-    return owners
+            owners.append(index)
+    return tuple(owners)
 
 
 @lru_cache(maxsize=1024)
-def _fresh_placement(shape: tuple[int, ...], dtype: mx.Dtype) -> Placement:
+def _fresh_span(shape: tuple[int, ...], dtype: mx.Dtype) -> Span:
     dt = np.dtype(storage_numpy_dtype(dtype))
-    return Placement(0, math.prod(shape) * dt.itemsize, 0, shape,
-                     _c_strides(shape, dt.itemsize), dt.str)
+    return math.prod(shape) * dt.itemsize, 0, shape, _c_strides(shape, dt.itemsize), dt.str
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """Where a call's buffers sit in the arena (by buffer index), how big the arena must
+    be, and the plan as the worker is sent it."""
+
+    placements: dict[int, Placement]
+    size: int
+    message: tuple
 
 
 class _Kept:
-    """What the worker has been sent, by id (kernel descriptions, call plans): the most
-    recently used are kept, and the ids let go are told to the worker with the next
-    request, so both sides always hold the same ones."""
+    """What the worker has been sent, by id (kernel descriptions, call plans), with what
+    mtwork keeps beside each: the most recently used are kept, and the ids let go are
+    told to the worker with the next request, so both sides always hold the same ones."""
 
     def __init__(self, limit: int) -> None:
-        self._ids: OrderedDict[Any, int] = OrderedDict()
+        self._entries: OrderedDict[Any, tuple[int, Any]] = OrderedDict()
         self._limit = limit
 
-    def find(self, key: Any, new_id: Callable[[], int], forget: list[int]) -> tuple[int, bool]:
-        """`key`'s id, and whether it is new (then the worker must be sent the value)."""
-        known = self._ids.get(key)
-        if known is not None:
-            self._ids.move_to_end(key)
-            return known, False
-        self._ids[key] = known = new_id()
-        if len(self._ids) > self._limit:
-            forget.append(self._ids.popitem(last=False)[1])
+    def get(self, key: Any) -> tuple[int, Any] | None:
+        """`key`'s id and value, if kept (without counting as a use)."""
+        return self._entries.get(key)
+
+    def use(self, key: Any, kept: tuple[int, Any] | None, value: Any,
+            new_id: Callable[[], int], forget: list[int]) -> tuple[int, bool]:
+        """`key`'s id, given what `get` found (`kept`), or a new one for `value`; and
+        whether it is new (then the worker must be sent it). An id let go goes to
+        `forget`."""
+        if kept is not None:
+            self._entries.move_to_end(key)
+            return kept[0], False
+        self._entries[key] = (known := new_id()), value
+        if len(self._entries) > self._limit:
+            forget.append(self._entries.popitem(last=False)[1][0])
         return known, True
 
     def clear(self) -> None:
-        self._ids.clear()
+        self._entries.clear()
 
 
 class Isolated:
@@ -218,43 +239,44 @@ class Isolated:
     def _request(self, program: Program, call: Dispatch, timeout: float
                  ) -> tuple[tuple, dict[int, Placement]]:
         """The message for the worker, with every buffer placed in the arena (copied in
-        for bound ones), and where each buffer is, to copy the written ones back."""
+        for bound ones), and where each buffer is, to copy the written ones back. A call
+        like an earlier one (same geometry, options, buffer shapes and aliasing) reuses
+        its plan."""
         indices = sorted(call.buffers)
-        views: dict[int, tuple[np.ndarray, int]] = {}
-        placements: dict[int, Placement] = {}
+        sources: dict[int, tuple[np.ndarray, int]] = {}
+        spans: dict[int, Span] = {}
+        shapes = []
         for index in indices:
             buf = call.buffers[index]
             if isinstance(buf, Fresh):
-                placements[index] = _fresh_placement(tuple(buf.shape), buf.dtype)
+                spans[index] = _fresh_span(tuple(buf.shape), buf.dtype)
+                shapes.append(buf)
             else:
-                view, address, placements[index] = _source(buf)
-                views[index] = view, address
-        owners = _owners(indices, placements, {i: a for i, (_, a) in views.items()})
-        placed = sorted(set(owners.values()))
-        starts, guards, size = layout(tuple(placements[i].nbytes for i in placed))
-        if self._arena.grow(size):
+                view, address, spans[index] = _source(buf)
+                sources[index] = view, address
+                shapes.append((spans[index], buf.dtype, buf.writable))
+        owners = _owners(indices, spans, {i: a for i, (_, a) in sources.items()})
+        # The plan does not depend on the kernel: calls of several kernels share it.
+        key = (call.geometry, call.options, timeout,
+               tuple(sorted(call.threadgroup_memory.items())), tuple(indices), tuple(shapes),
+               owners)
+        kept_plan = self._plans.get(key)
+        plan = (kept_plan[1] if kept_plan is not None
+                else _plan(call, indices, spans, owners, timeout))
+        if self._arena.grow(plan.size):
             self._arena_sent = False
-        start_of = dict(zip(placed, starts))
-        for index in placed:
-            if index in views:
-                ctypes.memmove(self._arena.address(start_of[index]), views[index][1],
-                               placements[index].nbytes)
-        for index in indices:
-            p = placements[index]
-            placements[index] = Placement(start_of[owners[index]], p.nbytes, p.data, p.shape,
-                                          p.strides, p.dtype)
-        # Sanitized, every access is checked before it happens (an out-of-bounds read is
-        # reported, then goes on): guard pages would turn those reads into faults.
-        plan = (call.geometry, call.options, timeout, tuple(sorted(
-            call.threadgroup_memory.items())), () if call.options.sanitize else guards,
-            tuple((i, placements[i], _spec(call.buffers[i])) for i in indices))
+        for index, owner in zip(indices, owners):
+            if index in sources and owner == index:
+                p = plan.placements[index]
+                ctypes.memmove(self._arena.address(p.start), sources[index][1], p.nbytes)
         # Nothing may fail between naming what the worker is sent and sending it.
         forget: list[int] = []
-        token, new_program = self._programs.find(program, self._ids.__next__, forget)
-        plan_id, new_plan = self._plans.find(plan, self._ids.__next__, forget)
+        token, new_program = self._programs.use(program, self._programs.get(program), None,
+                                                self._ids.__next__, forget)
+        plan_id, new_plan = self._plans.use(key, kept_plan, plan, self._ids.__next__, forget)
         request = (token, program if new_program else None, plan_id,
-                   plan if new_plan else None, tuple(forget))
-        return request, placements
+                   plan.message if new_plan else None, tuple(forget))
+        return request, plan.placements
 
     def _wait(self, program: Program, limit: float) -> Any:
         grace = min(max(limit, _GRACE_BOUNDS[0]), _GRACE_BOUNDS[1])
@@ -284,6 +306,22 @@ class Isolated:
                 buffers[index] = np.array(arena_view)
             del arena_view
         return Completion(buffers, report, used, Engine(engine, why), counters)
+
+
+def _plan(call: Dispatch, indices: list[int], spans: dict[int, Span], owners: tuple[int, ...],
+          timeout: float) -> _Plan:
+    """Where each buffer of `call` goes in the arena, and the plan the worker is sent."""
+    placed = sorted(set(owners))
+    starts, guards, size = layout(tuple(spans[i][0] for i in placed))
+    start_of = dict(zip(placed, starts))
+    placements = {i: Placement(start_of[owner], *spans[i]) for i, owner in zip(indices, owners)}
+    # Sanitized, every access is checked before it happens (an out-of-bounds read is
+    # reported, then goes on): guard pages would turn those reads into faults.
+    message = (call.geometry, call.options, timeout,
+               tuple(sorted(call.threadgroup_memory.items())),
+               () if call.options.sanitize else guards,
+               tuple((i, placements[i], _spec(call.buffers[i])) for i in indices))
+    return _Plan(placements, size, message)
 
 
 def _c_strides(shape: tuple[int, ...], itemsize: int) -> tuple[int, ...]:
