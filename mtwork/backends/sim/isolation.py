@@ -18,6 +18,7 @@ cached call of a tiny kernel should cost well under half a millisecond.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import itertools
 import math
@@ -180,14 +181,17 @@ class Isolated:
         self._programs.clear()
         self._plans.clear()
 
-    def _stop(self) -> int | None:
-        """Ends the worker at once; returns how it ended (a negative signal number)."""
+    def _stop(self, grace: float = 0.0) -> int | None:
+        """Ends the worker: the channel closes, which it ends on by itself within `grace`
+        seconds, or it is killed; returns how it ended (a negative signal number)."""
         proc, sock = self._proc, self._sock
         self._proc, self._sock = None, None
         if sock is not None:
             sock.close()
         if proc is None:
             return None
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(grace)
         if proc.poll() is None:
             proc.kill()
         return proc.wait()
@@ -205,8 +209,9 @@ class Isolated:
             proc.kill()
 
     def close(self) -> None:
+        """Ends the worker (given a second to end by itself) and frees the arena."""
         with self._lock:
-            self._stop()
+            self._stop(grace=1.0)
             self._arena.close()
 
     # --- one dispatch --------------------------------------------------------------------

@@ -7,12 +7,16 @@ the arena, sent once, then an id), and the ids mtwork no longer uses; the reply 
 buffers written, the sanitizer's report, the threadgroup memory used, the engine that ran
 it and the profiler's counters, or the exception the dispatch raised. Guard pages around
 the buffers are inaccessible while a plan's calls run, so a write past a buffer's end
-faults at once.
+faults at once. $MTWORK_WORKER_PROFILE names a file for the worker's cProfile statistics
+(`bench/isolation_profile.py`).
 """
 
 from __future__ import annotations
 
+import atexit
+import cProfile
 import dataclasses
+import os
 import socket
 import sys
 
@@ -90,6 +94,11 @@ def _reply_error(sock: socket.socket, exc: BaseException) -> None:
 def main(fd: int) -> None:
     sock = socket.socket(fileno=fd)
     worker = _Worker()
+    profile_to = os.environ.get("MTWORK_WORKER_PROFILE")
+    if profile_to:  # cProfile statistics of this worker, written when it ends
+        profiler = cProfile.Profile()
+        profiler.enable()
+        atexit.register(lambda: (profiler.disable(), profiler.dump_stats(profile_to)))
     while True:
         try:
             request, fds = receive(sock)
