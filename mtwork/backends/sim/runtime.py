@@ -211,11 +211,11 @@ _launches: dict[tuple, LaunchRecord] = {}
 
 def _launch_template(library: KernelLibrary, kernel_name: str, grid: tuple[int, ...],
                      threadgroup: tuple[int, ...], tg_static_bytes: int, tg_memory_limit: int,
-                     workers: int, barrier_free: bool) -> LaunchRecord:
+                     workers: int, barrier_free: bool, lockstep: bool) -> LaunchRecord:
     """A dispatch's launch record but for its buffers and sanitizer: made once per kernel
     and geometry (a cached call copies it instead of building it field by field)."""
     key = (library.path, kernel_name, grid, threadgroup, tg_static_bytes, tg_memory_limit,
-           workers, barrier_free)
+           workers, barrier_free, lockstep)
     template = _launches.get(key)
     if template is None:
         template = LaunchRecord(
@@ -227,6 +227,7 @@ def _launch_template(library: KernelLibrary, kernel_name: str, grid: tuple[int, 
             tg_static_bytes=tg_static_bytes,
             workers=workers,
             barrier_free=int(barrier_free),
+            lockstep=int(lockstep),
         )
         if len(_launches) >= _LAUNCHES_KEPT:
             _launches.clear()
@@ -247,10 +248,13 @@ def dispatch(
     workers: int = 0,
     barrier_free: bool = False,
     sanitizing: Sanitizing | None = None,
+    lockstep: bool = False,
 ) -> int:
     """Runs the kernel over the grid; returns the threadgroup memory it used (bytes).
 
     `barrier_free` runs the group as plain loops: only for kernels that never block.
+    `lockstep`: the library traces its loads and stores (compiler.LOCKSTEP_FLAGS), and
+    each SIMD-group steps through threadgroup memory in lockstep.
     Waits in short slices so Ctrl-C and the watchdog (`timeout` seconds, default
     $MTWORK_TIMEOUT or 120) can stop a kernel that never ends.
     """
@@ -260,7 +264,8 @@ def dispatch(
     rt = runtime_handle()
     barrier_free = barrier_free and sanitizing is None  # sanitizing needs thread identities
     template = _launch_template(library, kernel_name, tuple(grid), tuple(threadgroup),
-                                tg_static_bytes, tg_memory_limit, workers, barrier_free)
+                                tg_static_bytes, tg_memory_limit, workers, barrier_free,
+                                lockstep)
     launch = LaunchRecord.from_buffer_copy(template)  # `template` keeps the name alive
     launch.buffers = ctypes.cast(buffers, ctypes.c_void_p).value
     if sanitizing is not None:
