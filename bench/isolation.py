@@ -50,7 +50,15 @@ def _tiny() -> dict[str, object]:
     return {"call": call, "kernel": kernel}
 
 
-def tiny_calls(rounds: int, per_round: int = 200) -> dict[str, Spread]:
+# A tiny call's rounds are short batches, many of them: a loaded machine's bursts then
+# spoil a few batches of either side instead of whole rounds of one.
+TINY_BATCH = 20
+TINY_BATCHES_PER_ROUND = 20
+
+
+def tiny_calls(rounds: int, per_round: int = TINY_BATCH) -> dict[str, Spread]:
+    """Seconds per cached tiny call, isolated and in-process, over `rounds` ×
+    `TINY_BATCHES_PER_ROUND` interleaved batches of `per_round` calls."""
     call = _tiny()["call"]
 
     def batch(isolate: bool):
@@ -59,7 +67,8 @@ def tiny_calls(rounds: int, per_round: int = 200) -> dict[str, Spread]:
                 call(isolate)
         return run
 
-    times = interleaved_times({"isolated": batch(True), "in-process": batch(False)}, rounds)
+    times = interleaved_times({"isolated": batch(True), "in-process": batch(False)},
+                              rounds * TINY_BATCHES_PER_ROUND)
     return {name: Spread.of([t / per_round for t in ts]) for name, ts in times.items()} | {
         "ratio": Spread.of(paired(times["isolated"], times["in-process"]))}
 
@@ -136,6 +145,8 @@ def main() -> None:
           f"load {os.getloadavg()[0]:.2f}; medians of {args.rounds} interleaved rounds "
           f"[min, max]\n")
     tiny = tiny_calls(args.rounds)
+    print(f"(a tiny call: medians of {args.rounds * TINY_BATCHES_PER_ROUND} interleaved batches "
+          f"of {TINY_BATCH} calls)")
     for name in ("isolated", "in-process"):
         s = tiny[name]
         print(f"cached call of a tiny kernel, {name:<10}  {s.median * 1e3:.3f} ms "
