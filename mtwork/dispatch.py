@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 import os
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,6 +24,8 @@ from typing import TYPE_CHECKING, Any, Literal
 import mlx.core as mx
 import numpy as np
 
+from .display import bytes_text
+from .dtypes import itemsize
 from .limits import MAX_GRID_DIMENSION, MAX_THREADS_PER_THREADGROUP
 from .msl.signature import KernelSignature
 
@@ -44,7 +47,9 @@ __all__ = [
     "Program",
     "Region",
     "Sources",
+    "available_memory",
     "backend_for",
+    "check_memory",
     "geometry",
     "options",
 ]
@@ -348,3 +353,49 @@ def backend_for(call_options: Options, backend: str | None) -> str | None:
     """The backend a call runs on: a profiled call runs on ``sim``, whose emulator counts
     what the kernel does (on a Mac too, as a sanitized call does); others on `backend`."""
     return "sim" if call_options.profile else backend
+
+
+_MEMINFO = Path("/proc/meminfo")
+_MEMORY_READ_EVERY_S = 1.0
+_memory_read: list[float] = [-math.inf, 0.0]  # when, and the bytes available then
+
+
+def available_memory(*, fresh: bool = False) -> float:
+    """Bytes of memory this machine can still give a process: Linux's MemAvailable (what
+    can be had without swapping), else the free physical pages, else infinity where the
+    system does not say. Read at most once a second unless `fresh`."""
+    when, value = _memory_read
+    now = time.monotonic()
+    if fresh or now - when > _MEMORY_READ_EVERY_S:
+        value = _read_available_memory()
+        _memory_read[:] = [now, value]
+    return value
+
+
+def _read_available_memory() -> float:
+    try:
+        for line in _MEMINFO.read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return float(os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
+    except (ValueError, OSError, AttributeError):
+        return math.inf
+
+
+def check_memory(call: Dispatch, what: str) -> None:
+    """Refuses a call whose buffers (the new ones `what` asks for, and the inputs, which
+    a worker process holds a copy of) do not fit in the memory available: a kernel run
+    on more memory than there is gets its process killed by the system."""
+    new = sum(math.prod(b.shape) * itemsize(b.dtype) for b in call.buffers.values()
+              if isinstance(b, Fresh))
+    given = sum(b.array.nbytes for b in call.buffers.values() if isinstance(b, Bound))
+    if new + given <= available_memory() or new + given <= available_memory(fresh=True):
+        return
+    raise ValueError(f"{what} asks for {new:,} bytes ({bytes_text(new)}) of new buffers, "
+                     f"and the inputs take {given:,} bytes ({bytes_text(given)}): more than "
+                     f"the {available_memory():,.0f} bytes ({bytes_text(available_memory())}) "
+                     f"of memory this machine has available; make the outputs smaller or "
+                     f"split the work into several calls")

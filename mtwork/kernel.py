@@ -33,85 +33,28 @@ from .dispatch import (
     Region,
     Sources,
     backend_for,
+    check_memory,
     geometry,
     options,
 )
 from .gpu.counters import Counters
+from .kernel_arguments import (
+    PREFIX,
+    check_flag,
+    check_init_value,
+    check_kernel_name,
+    check_names,
+    check_output_dtypes,
+    check_output_shapes,
+    check_sequence,
+    check_stream,
+    check_text,
+)
 from .limits import MAX_THREADS_PER_THREADGROUP
 from .msl import body, checks
 from .sanitizer import SanitizerError, SanitizerReport
 
 __all__ = ["Launch", "MetalKernel", "define_lines", "metal_kernel"]
-
-_PREFIX = "[metal_kernel] "
-
-
-def _names(value: Any, what: str) -> tuple[str, ...]:
-    if isinstance(value, (str, bytes)) or not isinstance(value, Sequence):
-        raise TypeError(f"{_PREFIX}`{what}` must be a list of names, got {value!r}")
-    for name in value:
-        if not isinstance(name, str) or not name.isidentifier():
-            raise ValueError(f"{_PREFIX}`{what}` must hold C identifiers, got {name!r}")
-    if len(set(value)) != len(value):
-        raise ValueError(f"{_PREFIX}`{what}` names a buffer twice: {list(value)}")
-    return tuple(value)
-
-
-def _check_text(value: Any, what: str) -> str:
-    if not isinstance(value, str):
-        raise TypeError(f"{_PREFIX}`{what}` must be MSL text (a str), got "
-                        f"{type(value).__name__} {value!r}")
-    return value
-
-
-def _check_name(name: Any) -> str:
-    # MLX mangles `-` into `_` (0.32.4); anything else must already be an identifier part.
-    if not isinstance(name, str) or not name.replace("-", "_").isidentifier():
-        raise ValueError(f"{_PREFIX}`name` must be a C identifier (letters, digits, _ or -), "
-                         f"got {name!r}")
-    return name
-
-
-def _output_shapes(output_shapes: Any) -> list[tuple[int, ...]]:
-    shapes = []
-    for i, shape in enumerate(output_shapes):
-        ok = (isinstance(shape, Sequence) and not isinstance(shape, (str, bytes))
-              and all(isinstance(d, (int, np.integer)) and not isinstance(d, bool)
-                      for d in shape))
-        if not ok:
-            raise ValueError(f"{_PREFIX}output_shapes[{i}] must be a sequence of integers, "
-                             f"got {shape!r}")
-        if any(d < 0 for d in shape):
-            raise ValueError(f"{_PREFIX}output_shapes[{i}] has a negative size: {shape!r}")
-        shapes.append(tuple(int(d) for d in shape))
-    return shapes
-
-
-def _output_dtypes(output_dtypes: Any) -> list[mx.Dtype]:
-    kinds = []
-    for i, dt in enumerate(output_dtypes):
-        if not isinstance(dt, mx.Dtype):
-            raise ValueError(f"{_PREFIX}output_dtypes[{i}] must be an mlx dtype such as "
-                             f"mx.float32, got {dt!r}")
-        dtypes.type_string(dt)
-        kinds.append(dt)
-    return kinds
-
-
-def _check_stream(stream: Any) -> None:
-    if stream is None:
-        return
-    device = getattr(stream, "device", stream)
-    kind = getattr(device, "type", device)
-    if kind != mx.gpu:
-        raise ValueError("[metal_kernel] Only supports the GPU.")
-
-
-def _sequence(value: Any, what: str) -> list[Any]:
-    if isinstance(value, (str, bytes, mx.array, np.ndarray)) or not isinstance(value, Sequence):
-        raise TypeError(f"{_PREFIX}`{what}` must be a list, got {type(value).__name__}")
-    return list(value)
-
 
 def _param(p: body.Param, inputs: Sequence[body.Param]) -> Param:
     """A generated parameter as the dispatch record describes it."""
@@ -157,20 +100,19 @@ class MetalKernel:
     last_counters: Counters | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
-        _check_name(self.name)
-        object.__setattr__(self, "input_names", _names(self.input_names, "input_names"))
-        object.__setattr__(self, "output_names", _names(self.output_names, "output_names"))
+        check_kernel_name(self.name)
+        object.__setattr__(self, "input_names", check_names(self.input_names, "input_names"))
+        object.__setattr__(self, "output_names", check_names(self.output_names,
+                                                             "output_names"))
         both = set(self.input_names) & set(self.output_names)
         if both:
-            raise ValueError(f"{_PREFIX}{sorted(both)} named twice: as an input and as an "
+            raise ValueError(f"{PREFIX}{sorted(both)} named twice: as an input and as an "
                              f"output (the kernel's parameters need names of their own)")
         checks.check_has_outputs(self.output_names)
-        _check_text(self.source, "source")
-        _check_text(self.header, "header")
+        check_text(self.source, "source")
+        check_text(self.header, "header")
         for flag in ("ensure_row_contiguous", "atomic_outputs"):
-            if not isinstance(getattr(self, flag), bool):
-                raise TypeError(f"{_PREFIX}`{flag}` must be True or False, got "
-                                f"{getattr(self, flag)!r}")
+            check_flag(getattr(self, flag), flag)
         checks.validate_compile_options(self.compile_options)
         if self.backend is not None:
             get_backend(self.backend)
@@ -248,19 +190,17 @@ class MetalKernel:
         isolate: bool | None = None,
         profile: bool = False,
     ) -> list[mx.array]:
-        inputs = _sequence(inputs, "inputs")
-        output_shapes = _sequence(output_shapes, "output_shapes")
-        output_dtypes = _sequence(output_dtypes, "output_dtypes")
+        inputs = check_sequence(inputs, "inputs")
+        output_shapes = check_sequence(output_shapes, "output_shapes")
+        output_dtypes = check_sequence(output_dtypes, "output_dtypes")
         checks.check_call_sizes(self.input_names, self.output_names, inputs, output_shapes,
                               output_dtypes)
         shape = geometry(grid, threadgroup, exactly_three=True,
-                         max_threads=MAX_THREADS_PER_THREADGROUP, prefix=_PREFIX)
-        shapes, kinds = _output_shapes(output_shapes), _output_dtypes(output_dtypes)
-        _check_stream(stream)
-        if init_value is not None and (isinstance(init_value, bool) or not isinstance(
-                init_value, (int, float)) or not math.isfinite(init_value)):
-            raise ValueError(f"{_PREFIX}`init_value` must be a finite number, got "
-                             f"{init_value!r}")
+                         max_threads=MAX_THREADS_PER_THREADGROUP, prefix=PREFIX)
+        shapes, kinds = check_output_shapes(output_shapes), check_output_dtypes(output_dtypes)
+        check_stream(stream)
+        check_init_value(init_value)
+        check_flag(verbose, "verbose")
         run_options = options(sanitize=sanitize, timeout=timeout, isolate=isolate,
                               profile=profile)
         arrays = [dtypes.as_mx_array(x) for x in inputs]
@@ -277,6 +217,7 @@ class MetalKernel:
         for p, shape_, dt in zip(outputs, shapes, kinds):
             buffers[p.buffer_index] = Fresh(shape_, dt, init_value)  # type: ignore[index]
         call = Dispatch(buffers, shape, run_options)
+        check_memory(call, f"{PREFIX}`output_shapes`")
         try:
             done = run_program(program, call,
                                backend=backend_for(run_options, backend or self.backend))

@@ -25,18 +25,14 @@ from .dispatch import (
     Program,
     Sources,
     backend_for,
+    check_memory,
     dims,
     geometry,
     options,
 )
-from .errors import ThreadgroupMemoryError
 from .gpu.counters import Counters
-from .limits import (
-    MAX_BUFFER_INDEX,
-    MAX_THREADS_PER_THREADGROUP,
-    THREADGROUP_MEMORY_ALIGNMENT,
-    THREADGROUP_MEMORY_BYTES,
-)
+from .library_arguments import describe, threadgroup_sizes
+from .limits import MAX_BUFFER_INDEX, MAX_THREADS_PER_THREADGROUP
 from .msl.constants import function_constant_macros
 from .msl.signature import FunctionConstant, KernelParam, KernelSignature
 from .msl.templates import substitute
@@ -70,10 +66,6 @@ class Outputs(dict):
         return to_mx(self[name], self._kinds.get(name))
 
 
-def _describe(p: KernelParam) -> str:
-    return f"{p.kind}({p.index}) `{p.name}` ({p.type_text})"
-
-
 class Kernel:
     """One kernel of a `Library`, its template instantiated and its function constants
     set. Call it to dispatch; `compile()` compiles it ahead of time. The report of its
@@ -101,7 +93,7 @@ class Kernel:
         too_high = [p for p in signature.buffers if p.index is not None
                     and p.index > MAX_BUFFER_INDEX]
         if too_high:
-            raise ValueError(f"{_describe(too_high[0])}: Metal has buffer indices 0 to "
+            raise ValueError(f"{describe(too_high[0])}: Metal has buffer indices 0 to "
                              f"{MAX_BUFFER_INDEX}")
 
     def __repr__(self) -> str:
@@ -199,12 +191,12 @@ class Kernel:
             if p is None:
                 raise TypeError(self._no_such_buffer(key))
             if p.name in chosen:
-                raise TypeError(f"{_describe(p)} is bound twice (by index and by name)")
+                raise TypeError(f"{describe(p)} is bound twice (by index and by name)")
             chosen[p.name] = (p, value)
         missing = [p for p in params if p.name not in chosen and self.is_present(p)]
         if missing:
             raise TypeError(f"kernel `{self.name}`: no binding for "
-                            + ", ".join(_describe(p) for p in missing))
+                            + ", ".join(describe(p) for p in missing))
         return chosen
 
     def _no_such_buffer(self, key: int | str) -> str:
@@ -215,41 +207,8 @@ class Kernel:
         if other is not None and other.kind == "attribute":
             return f"`{key}` is the thread attribute [[{other.attribute}]]: the dispatch sets it"
         what = f"buffer({key})" if isinstance(key, int) else f"buffer named `{key}`"
-        have = ", ".join(_describe(p) for p in self.signature.buffers) or "none"
+        have = ", ".join(describe(p) for p in self.signature.buffers) or "none"
         return f"kernel `{self.name}` has no {what}; its buffers are: {have}"
-
-    def _threadgroup_sizes(self, sizes: Mapping[int | str, int] | None) -> dict[int, int]:
-        """Bytes of each ``[[threadgroup(n)]]`` argument, by index in increasing order."""
-        params = self.signature.threadgroup_params
-        if sizes is not None and not isinstance(sizes, Mapping):
-            raise TypeError("`threadgroup_memory` maps [[threadgroup(n)]] indices or names "
-                            f"to sizes in bytes, got {type(sizes).__name__}")
-        given: dict[int, int] = {}
-        for key, size in (sizes or {}).items():
-            p = None if isinstance(key, bool) else next(
-                (q for q in params if key in (q.index, q.name)), None)
-            if p is None:
-                have = ", ".join(_describe(q) for q in params) or "none"
-                raise TypeError(f"kernel `{self.name}` has no threadgroup({key}) argument; "
-                                f"it has: {have}")
-            if not isinstance(size, (int, np.integer)) or isinstance(size, bool) or size < 0:
-                raise ValueError(f"{_describe(p)}: the size is a number of bytes (0 or more), "
-                                 f"got {size!r}")
-            if size % THREADGROUP_MEMORY_ALIGNMENT:
-                raise ValueError(f"{_describe(p)}: {size} bytes is not a multiple of 16, as "
-                                 f"Metal's setThreadgroupMemoryLength requires")
-            given[p.index] = int(size)  # type: ignore[index]
-        missing = [p for p in params if p.index not in given]
-        if missing:
-            raise TypeError(f"kernel `{self.name}`: give the size in bytes of "
-                            + ", ".join(_describe(p) for p in missing)
-                            + " with threadgroup_memory={index: bytes}")
-        total = sum(given.values())
-        if total > THREADGROUP_MEMORY_BYTES:
-            raise ThreadgroupMemoryError(
-                self.name, f"its [[threadgroup(n)]] arguments take {total} bytes, more than "
-                           f"the {THREADGROUP_MEMORY_BYTES} bytes (32 KiB) a threadgroup has")
-        return dict(sorted(given.items()))
 
     def dispatch(
         self,
@@ -280,7 +239,7 @@ class Kernel:
                          grid_name=grid_name, threadgroup_name="threads_per_threadgroup")
         chosen = self._bind(buffers)
         bound = {p.index: bind(p, value, self.element_info(p),
-                               f"{_describe(p)} of `{self.name}`")
+                               f"{describe(p)} of `{self.name}`")
                  for p, value in chosen.values()}
         # One mx array at several indices stays one buffer (its copy is shared), as a
         # numpy array does: one MTLBuffer bound twice has one address.
@@ -289,9 +248,12 @@ class Kernel:
             if isinstance(value, mx.array):
                 first = copies.setdefault(id(value), bound[p.index].array)  # type: ignore
                 bound[p.index] = dataclasses.replace(bound[p.index], array=first)  # type: ignore
-        return Dispatch(bound, shape, options(sanitize=sanitize, timeout=timeout,
+        call = Dispatch(bound, shape, options(sanitize=sanitize, timeout=timeout,
                                               isolate=isolate, profile=profile),
-                        self._threadgroup_sizes(threadgroup_memory))
+                        threadgroup_sizes(self.name, self.signature.threadgroup_params,
+                                          threadgroup_memory))
+        check_memory(call, f"`{self.name}`'s new_buffer arguments")
+        return call
 
     def __call__(
         self,

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any, Literal, NamedTuple
 
 import mlx.core as mx
@@ -361,13 +362,21 @@ def generate(
     """Build the kernel text MLX 0.32 generates for one call, byte for byte.
 
     ``inputs`` describe the call's inputs (``InputInfo``, or arrays/scalars which are
-    described with :meth:`InputInfo.of`).
+    described with :meth:`InputInfo.of`). The result is shared by calls with the same
+    arguments (a cached call skips the generation): treat it as read-only.
     """
+    return _generate(name, tuple(input_names), tuple(output_names), source, header,
+                     atomic_outputs, tuple(validate_template(template)),
+                     tuple(_as_infos(inputs)), tuple(output_dtypes))
+
+
+@lru_cache(maxsize=256)
+def _generate(name: str, input_names: tuple[str, ...], output_names: tuple[str, ...],
+              source: str, header: str, atomic_outputs: bool, targs: tuple, infos: tuple,
+              output_dtypes: tuple) -> GeneratedSource:
     check_has_outputs(output_names)
-    check_size(len(inputs), len(input_names), "inputs")
+    check_size(len(infos), len(input_names), "inputs")
     check_size(len(output_dtypes), len(output_names), "output_dtypes")
-    targs = validate_template(template)
-    infos = _as_infos(inputs)
     host = kernel_name(name, targs, infos, output_dtypes)
     params = _build_params(
         input_names,
@@ -393,7 +402,7 @@ def generate(
             f'\ntemplate [[host_name("{host}")]] [[kernel]] decltype({inst}) {inst};\n'
         )
     return GeneratedSource(
-        name=name, text="".join(parts), host_name=host, params=params, template=targs,
+        name=name, text="".join(parts), host_name=host, params=params, template=list(targs),
         header_lines=_line_count(header), body_line=body_line,
         body_lines=source.count("\n") + 1,
     )

@@ -11,6 +11,7 @@ from typing import Any
 import mlx.core as mx
 
 from ..dtypes import INT32_MAX, INT32_MIN
+from .reserved import reserved_reason
 
 __all__ = [
     "MATH_MODES",
@@ -94,6 +95,7 @@ def validate_template(
         if not isinstance(item, (tuple, list)) or len(item) != 2 or not isinstance(item[0], str):
             raise TypeError(f"template entries must be (name: str, value) pairs, got {item!r}.")
         name, value = item
+        _check_template_name(name)
         if isinstance(value, bool):
             out.append((name, value))
         elif isinstance(value, int):
@@ -109,6 +111,15 @@ def validate_template(
                 f"{_INVALID_TEMPLATE} Got {type(value).__name__} {value!r} for `{name}`."
             )
     return out
+
+
+def _check_template_name(name: str) -> None:
+    """A template parameter's name must be one MSL can declare (mtwork's check: MLX
+    would write it into the source and fail to compile)."""
+    reason = None if not name.isidentifier() else reserved_reason(name)
+    if not name.isidentifier() or reason is not None:
+        why = f": it is {reason}" if reason else ""
+        raise ValueError(f"template names must be C identifiers MSL allows, got {name!r}{why}")
 
 
 def validate_compile_options(opts: Mapping[str, Any] | None) -> str:

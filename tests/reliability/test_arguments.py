@@ -2,6 +2,7 @@
 TypeError that names it, says what was given and what is allowed. One table for both
 kernel forms, their calls and the environment."""
 
+import json
 import math
 
 import mlx.core as mx
@@ -9,6 +10,8 @@ import numpy as np
 import pytest
 
 import mtwork
+
+from .child import run_snippet
 
 BODY = "uint i = thread_position_in_grid.x; out[i] = inp[i];"
 LIBRARY = """
@@ -76,6 +79,23 @@ CASES = [
      ["`sanitize`", "warn"]),
     ("isolate='no'", lambda: call(isolate="no"), ValueError, ["`isolate`", "'no'"]),
     ("init_value nan", lambda: call(init_value=math.nan), ValueError, ["`init_value`"]),
+    ("verbose='x'", lambda: call(verbose="x"), TypeError, ["`verbose`", "'x'", "True or False"]),
+    ("verbose=1", lambda: call(verbose=1), TypeError, ["`verbose`", "1", "True or False"]),
+    ("an input named new", lambda: make(input_names=["new"]), ValueError,
+     ["`input_names`", "'new'", "C++ keyword"]),
+    ("an output named class", lambda: make(output_names=["class"]), ValueError,
+     ["`output_names`", "'class'", "C++ keyword"]),
+    ("an input named float", lambda: make(input_names=["float"]), ValueError,
+     ["`input_names`", "'float'", "C++ keyword"]),
+    ("an input named not_eq", lambda: make(input_names=["not_eq"]), ValueError,
+     ["`input_names`", "'not_eq'", "operator word"]),
+    ("an output named device", lambda: make(output_names=["device"]), ValueError,
+     ["`output_names`", "'device'", "address space"]),
+    ("an input named after a thread attribute",
+     lambda: make(input_names=["thread_position_in_grid"]), ValueError,
+     ["`input_names`", "'thread_position_in_grid'", "thread attribute"]),
+    ("a template parameter named float", lambda: call(template=[("float", 1)]), ValueError,
+     ["template", "'float'", "C++ keyword"]),
     ("library buffers an array", lambda: call_library(buffers=np.zeros(8, np.float32)),
      TypeError, ["`buffers`"]),
     ("library grid and threadgroups", lambda: call_library(threadgroups=1), TypeError,
@@ -133,3 +153,71 @@ def test_a_bad_environment_variable_is_named(monkeypatch, variable, value, words
         call(grid=(8, 1, 1))
     message = str(caught.value)
     assert all(w in message for w in words), message
+
+
+def test_names_close_to_reserved_words_are_kept():
+    # Only whole reserved words are refused: names that contain one, differ in case, or
+    # are MSL type names (typedefs, which a parameter may shadow) still make kernels.
+    kernel = mtwork.metal_kernel("near", ["new_values", "Class", "half"], ["float_out"],
+                                 "uint i = thread_position_in_grid.x;\n"
+                                 "float_out[i] = new_values[i] + Class[i] + half[i];")
+    ones = mx.ones((8,), dtype=mx.float32)
+    out = kernel(inputs=[ones, 2 * ones, 3 * ones], grid=(8, 1, 1), threadgroup=(8, 1, 1),
+                 output_shapes=[(8,)], output_dtypes=[mx.float32])[0]
+    assert np.array_equal(np.array(out), np.full(8, 6.0, np.float32))
+
+
+@pytest.mark.parametrize("isolate", [True, False])
+def test_outputs_larger_than_the_memory_available_are_refused_up_front(monkeypatch, isolate):
+    # Inputs count too (the worker holds a copy): 1 MiB in and 1 MiB out do not fit in
+    # 1.5 MiB, and the error says what was asked and what there is.
+    available = 3 << 19
+    monkeypatch.setattr(mtwork.dispatch, "available_memory", lambda fresh=False: available)
+    n = 1 << 18  # floats: 1 MiB
+    with pytest.raises(ValueError) as caught:
+        make()(inputs=[mx.zeros((n,), dtype=mx.float32)], grid=(n, 1, 1),
+               threadgroup=(256, 1, 1), output_shapes=[(n,)], output_dtypes=[mx.float32],
+               isolate=isolate)
+    message = str(caught.value)
+    for words in ("`output_shapes`", f"{4 * n:,} bytes", "1.0 MiB", f"{available:,} bytes",
+                  "available"):
+        assert words in message, message
+    available = 3 << 20  # now they fit
+    out = make()(inputs=[mx.arange(n, dtype=mx.float32)], grid=(n, 1, 1),
+                 threadgroup=(256, 1, 1), output_shapes=[(n,)], output_dtypes=[mx.float32],
+                 isolate=isolate)[0]
+    assert np.array_equal(np.array(out), np.arange(n, dtype=np.float32))
+
+
+def test_new_buffers_larger_than_the_memory_available_are_refused_up_front(monkeypatch):
+    monkeypatch.setattr(mtwork.dispatch, "available_memory", lambda fresh=False: 1 << 20)
+    with pytest.raises(ValueError) as caught:
+        call_library(buffers=[np.zeros(8, np.float32), mtwork.new_buffer(1 << 18)])
+    message = str(caught.value)
+    assert "new_buffer" in message and "`copy`" in message and f"{1 << 20:,} bytes" in message
+
+
+def test_terabytes_of_outputs_are_refused_before_any_memory_is_taken():
+    # The machine's real MemAvailable, in a child whose address space is limited to
+    # 16 GiB: were the check missing, the allocation would fail there (or the worker be
+    # killed) instead of this error.
+    result = run_snippet("""
+import resource
+resource.setrlimit(resource.RLIMIT_AS, (16 << 30, 16 << 30))
+import json, mlx.core as mx, mtwork
+k = mtwork.metal_kernel("copy", ["inp"], ["out"], "out[0] = inp[0];")
+errors = []
+for isolate in (True, False):
+    try:
+        k(inputs=[mx.zeros((1,))], grid=(1, 1, 1), threadgroup=(1, 1, 1),
+          output_shapes=[(1 << 40,)], output_dtypes=[mx.float32], isolate=isolate)
+        errors.append("ran")
+    except Exception as exc:
+        errors.append(f"{type(exc).__name__}: {exc}")
+print(json.dumps(errors))
+""", timeout=120)
+    assert result.returncode == 0, result.stderr[-3000:]
+    errors = json.loads(result.stdout.strip().splitlines()[-1])
+    for error in errors:
+        assert error.startswith("ValueError") and "`output_shapes`" in error, error
+        assert f"{4 << 40:,} bytes" in error, error

@@ -30,6 +30,7 @@ import sys
 import tempfile
 import threading
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 
@@ -56,7 +57,8 @@ class Placement:
                           offset=self.start + self.data, strides=self.strides)
 
 
-def layout(spans: list[int]) -> tuple[list[int], list[int], int]:
+@lru_cache(maxsize=1024)
+def layout(spans: tuple[int, ...]) -> tuple[tuple[int, ...], tuple[int, ...], int]:
     """Starts for buffers of `spans` bytes, the offsets of the guard pages between them,
     and the arena size. Each buffer ends (rounded up to `ALIGN`) at a page of slack, the
     page before a guard page."""
@@ -68,7 +70,7 @@ def layout(spans: list[int]) -> tuple[list[int], list[int], int]:
         cursor += (pages + 1) * PAGE  # the buffer's pages, then its slack
         guards.append(cursor)
         cursor += PAGE
-    return starts, guards, cursor
+    return tuple(starts), tuple(guards), cursor
 
 
 def _new_file(size: int) -> int:
@@ -86,6 +88,27 @@ _libc.mprotect.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
 _PROT_NONE, _PROT_RW = 0, mmap.PROT_READ | mmap.PROT_WRITE
 
 
+def _reguard(base: int, old: tuple[int, ...], new: tuple[int, ...], *, strict: bool) -> None:
+    """Guard pages at `new` (offsets from `base`) instead of `old`, and the slack page
+    before each but the first zeroed. Pages that stay guard pages are left as they are: a
+    repeated call's layout costs no system call. `strict`: a failed mprotect raises
+    (else the page stays ordinary memory)."""
+    if new != old:
+        kept = set(new)
+        for offset in old:
+            if offset not in kept:
+                _libc.mprotect(base + offset, PAGE, _PROT_RW)
+    for offset in new[1:]:
+        ctypes.memset(base + offset - PAGE, 0, PAGE)
+    if new == old:
+        return
+    was = set(old)
+    for offset in new:
+        if (offset not in was and _libc.mprotect(base + offset, PAGE, _PROT_NONE) != 0
+                and strict):
+            raise OSError(ctypes.get_errno(), "mprotect of a guard page failed")
+
+
 class Arena:
     """One side's mapping of the shared file."""
 
@@ -94,7 +117,7 @@ class Arena:
         self.size = 0
         self.map: mmap.mmap | None = None
         self._base = 0
-        self._guarded: list[int] = []
+        self._guarded: tuple[int, ...] = ()
 
     def grow(self, size: int) -> bool:
         """Makes the arena at least `size` bytes (a new file); True when it is new."""
@@ -110,25 +133,29 @@ class Arena:
         self.map = mmap.mmap(fd, self.size)
         self._base = ctypes.addressof(ctypes.c_char.from_buffer(self.map))
 
-    def guard(self, offsets: list[int]) -> None:
+    def address(self, offset: int) -> int:
+        """The address of byte `offset` of this side's mapping."""
+        return self._base + offset
+
+    def guard(self, offsets: tuple[int, ...]) -> None:
         """Makes the pages at `offsets` inaccessible and zeroes the slack page before each
-        but the first (the ones an earlier call guarded become ordinary memory again)."""
-        for offset in self._guarded:
-            _libc.mprotect(self._base + offset, PAGE, _PROT_RW)
-        for offset in offsets[1:]:
-            ctypes.memset(self._base + offset - PAGE, 0, PAGE)
-        for offset in offsets:
-            if _libc.mprotect(self._base + offset, PAGE, _PROT_NONE) != 0:
-                raise OSError(ctypes.get_errno(), "mprotect of a guard page failed")
-        self._guarded = list(offsets)
+        but the first (the ones an earlier call guarded and these do not become ordinary
+        memory again); they stay guarded until the next call of `guard`."""
+        offsets = tuple(offsets)
+        try:
+            _reguard(self._base, self._guarded, offsets, strict=True)
+        except OSError:
+            _reguard(self._base, offsets, (), strict=False)
+            self._guarded = ()
+            raise
+        self._guarded = offsets
 
     def close(self) -> None:
         if self.map is not None:
-            self.guard([])
+            self.guard(())
             self.map.close()
             os.close(self.fd)
         self.map, self.fd, self.size, self._base = None, -1, 0, 0
-
 
 
 class Block:
@@ -143,27 +170,25 @@ class Block:
             raise MemoryError(f"Unable to allocate {size:,} bytes for a dispatch's buffers "
                               f"({error.strerror})") from None
         self._bytes = np.frombuffer(mapping, dtype=np.uint8)
-        self._guarded: list[int] = []
+        self._guarded: tuple[int, ...] = ()
 
     def free(self) -> bool:
         # Every array made from this memory refers to `_bytes` (a numpy view keeps its
         # base): when only this block (and getrefcount's argument) does, none is left.
         return sys.getrefcount(self._bytes) == 2
 
-    def lay_out(self, spans: list[int], guard: bool) -> list[np.ndarray]:
+    def lay_out(self, spans: tuple[int, ...], guard: bool) -> list[np.ndarray]:
         """The bytes of buffers of `spans` bytes, each ending at a zeroed page of slack
         before a guard page (inaccessible when `guard`)."""
-        base = self._bytes.ctypes.data
-        for offset in self._guarded:
-            _libc.mprotect(base + offset, PAGE, _PROT_RW)
         starts, guards, _ = layout(spans)
-        for offset in guards[1:]:
-            self._bytes[offset - PAGE : offset] = 0
-        self._guarded = guards if guard else []
-        for offset in self._guarded:
-            # A failure (the process's limit on mappings reached) leaves the page
-            # ordinary memory: the dispatch runs unguarded, as on numpy's own memory.
-            _libc.mprotect(base + offset, PAGE, _PROT_NONE)
+        # A failed mprotect (the process's limit on mappings reached) leaves the page
+        # ordinary memory: the dispatch runs unguarded, as on numpy's own memory.
+        wanted = guards if guard else ()
+        _reguard(self._bytes.ctypes.data, self._guarded, wanted, strict=False)
+        if not guard:  # the slack pages, zeroed as a guarded layout's are
+            for offset in guards[1:]:
+                ctypes.memset(self._bytes.ctypes.data + offset - PAGE, 0, PAGE)
+        self._guarded = wanted
         return [self._bytes[start : start + n] for start, n in zip(starts, spans)]
 
 
@@ -174,7 +199,7 @@ _BLOCK_MIN_BYTES = 1 << 20
 _blocks_lock = threading.Lock()
 
 
-def guarded(spans: list[int], *, guard: bool) -> list[np.ndarray]:
+def guarded(spans: tuple[int, ...], *, guard: bool) -> list[np.ndarray]:
     """Memory of this process for buffers of `spans` bytes laid out as the worker's arena
     is: each ends at a page of slack before a guard page, inaccessible when `guard`.
     From a kept block that no array uses any more (which spares a call the page faults of

@@ -9,9 +9,15 @@ import socket
 import struct
 from typing import Any
 
-__all__ = ["ChannelClosed", "receive", "send"]
+__all__ = ["PLANS_KEPT", "PROGRAMS_KEPT", "ChannelClosed", "receive", "send"]
 
 _HEADER = struct.Struct("!Q")
+_FIRST_READ = 4096  # bytes: a request or reply of a cached call, and its header
+
+# How many kernel descriptions and call plans the worker keeps by default, by id: mtwork
+# tells it which ones to let go, so both sides hold the same ones.
+PROGRAMS_KEPT = 256
+PLANS_KEPT = 1024
 
 
 class ChannelClosed(EOFError):
@@ -19,13 +25,13 @@ class ChannelClosed(EOFError):
 
 
 def send(sock: socket.socket, message: Any, fds: list[int] | tuple[int, ...] = ()) -> None:
+    # One write for the header and the payload: the other side wakes once, with the
+    # whole message there to read.
     payload = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
-    header = _HEADER.pack(len(payload))
-    if fds:
-        socket.send_fds(sock, [header], list(fds))
-    else:
-        sock.sendall(header)
-    sock.sendall(payload)
+    data = _HEADER.pack(len(payload)) + payload
+    sent = socket.send_fds(sock, [data], list(fds)) if fds else 0
+    if sent < len(data):
+        sock.sendall(memoryview(data)[sent:])
 
 
 def _exactly(sock: socket.socket, n: int) -> bytes:
@@ -40,9 +46,17 @@ def _exactly(sock: socket.socket, n: int) -> bytes:
 
 
 def receive(sock: socket.socket) -> tuple[Any, list[int]]:
-    """The next message and the file descriptors that came with it."""
-    header, fds, _flags, _addr = socket.recv_fds(sock, _HEADER.size, 4, socket.MSG_WAITALL)
-    if len(header) < _HEADER.size:
+    """The next message and the file descriptors that came with it. One read takes a
+    small message whole: the two sides take turns, so nothing follows it."""
+    data, fds, _flags, _addr = socket.recv_fds(sock, _FIRST_READ, 4)
+    if not data:
         raise ChannelClosed("the other side closed the channel")
-    (length,) = _HEADER.unpack(header)
-    return pickle.loads(_exactly(sock, length)), fds
+    if len(data) < _HEADER.size:
+        data += _exactly(sock, _HEADER.size - len(data))
+    (length,) = _HEADER.unpack_from(data)
+    end = _HEADER.size + length
+    if len(data) < end:
+        data += _exactly(sock, end - len(data))
+    elif len(data) > end:
+        raise ChannelClosed("the other side sent a second message before this one's reply")
+    return pickle.loads(memoryview(data)[_HEADER.size : end]), fds

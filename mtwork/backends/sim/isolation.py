@@ -7,7 +7,9 @@ The worker (`worker.py`) is started with ``python -m`` (so a script without a
 mtwork, which then ends the worker at once). Buffers travel through a shared `Arena`:
 mtwork copies the inputs in and the written buffers out; messages are small pickles over
 a Unix socket (`channel.py`). A kernel's description is sent once and named by a token
-afterwards. Compiling happens here, in mtwork's process: no kernel code runs in it.
+afterwards; so is a call's plan (its geometry, options and where each buffer sits in the
+arena), so that a repeated call sends a few integers and the worker reuses what it built
+for the plan. Compiling happens here, in mtwork's process: no kernel code runs in it.
 
 The worker's lifecycle is kept here rather than in an executor library: a call's round
 trip over this socket is about 30 µs, over loky's reusable executor about 380 µs, and a
@@ -16,8 +18,9 @@ cached call of a tiny kernel should cost well under half a millisecond.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
-import dataclasses
+import itertools
 import math
 import os
 import select
@@ -27,25 +30,28 @@ import subprocess
 import sys
 import threading
 from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+import mlx.core as mx
 import numpy as np
 
 from ...buffers import byte_span, numpy_view
-from ...dispatch import Bound, Completion, Dispatch, Fresh, Program
+from ...dispatch import Bound, Completion, Dispatch, Engine, Fresh, Program
 from ...dtypes import storage_numpy_dtype
 from ...errors import KernelCancelled, KernelFault, KernelTimeout
 from . import runtime
 from .arena import Arena, Placement, layout
-from .channel import ChannelClosed, receive, send
+from .channel import PLANS_KEPT, PROGRAMS_KEPT, ChannelClosed, receive, send
 
 __all__ = ["Isolated", "isolate_by_default"]
 
 # How long past its watchdog a worker may stay silent before it is killed: the watchdog's
 # own limit, between 2 and 10 seconds.
 _GRACE_BOUNDS = (2.0, 10.0)
-_PROGRAMS_KEPT = 256
 
 
 def isolate_by_default() -> bool:
@@ -60,50 +66,101 @@ def isolate_by_default() -> bool:
                      f"got {os.environ['MTWORK_ISOLATE']!r}")
 
 
-def _source_bytes(buf: Bound) -> tuple[np.ndarray, Placement]:
-    """The bytes to copy for a bound buffer, and how the kernel sees them."""
+# How the kernel sees a buffer's bytes: (nbytes spanned, offset of element 0 in them,
+# shape, byte strides, numpy dtype).
+Span = tuple[int, int, tuple[int, ...], tuple[int, ...], str]
+
+
+def _source(buf: Bound) -> tuple[np.ndarray, int, Span]:
+    """The view whose bytes to copy for a bound buffer (kept alive while they are copied),
+    the address they start at, and how the kernel sees them."""
     view = numpy_view(buf.array)
     if buf.contiguous or view.ndim == 0:
         view = np.ascontiguousarray(view)
+    if view.flags.c_contiguous:  # its bytes start at element 0
+        return view, view.ctypes.data, (view.nbytes, 0, view.shape, view.strides,
+                                        view.dtype.str)
     lo, hi = byte_span(view)
-    return _span_bytes(view, lo, hi), Placement(0, hi - lo, view.ctypes.data - lo, view.shape,
-                                                view.strides, view.dtype.str)
+    return view, lo, (hi - lo, view.ctypes.data - lo, view.shape, view.strides,
+                      view.dtype.str)
 
 
-def _owners(indices: list[int], placements: dict[int, Placement],
-            sources: dict[int, np.ndarray]) -> dict[int, int]:
+def _owners(indices: list[int], spans: dict[int, Span],
+            addresses: dict[int, int]) -> tuple[int, ...]:
     """For each buffer, the buffer whose arena memory it uses: itself, or the first bound
     buffer over the very same memory (one buffer bound at several indices is one buffer
     in the arena too, as one MTLBuffer is)."""
     first: dict[tuple[int, int], int] = {}
-    owners = {}
+    owners = []
     for index in indices:
-        nbytes = placements[index].nbytes
-        if index in sources and nbytes:  # the source spans the caller's very bytes
-            owners[index] = first.setdefault((sources[index].ctypes.data, nbytes), index)
+        nbytes = spans[index][0]
+        if index in addresses and nbytes:  # the source spans the caller's very bytes
+            owners.append(first.setdefault((addresses[index], nbytes), index))
         else:
-            owners[index] = index
-    return owners
+            owners.append(index)
+    return tuple(owners)
 
 
-def _span_bytes(view: np.ndarray, lo: int, hi: int) -> np.ndarray:
-    """The bytes [lo, hi) a (possibly strided) view's elements reach, as uint8."""
-    if view.flags.c_contiguous:
-        return view.reshape(-1).view(np.uint8)
-    return np.ctypeslib.as_array((ctypes.c_uint8 * (hi - lo)).from_address(lo))
+@lru_cache(maxsize=1024)
+def _fresh_span(shape: tuple[int, ...], dtype: mx.Dtype) -> Span:
+    dt = np.dtype(storage_numpy_dtype(dtype))
+    return math.prod(shape) * dt.itemsize, 0, shape, _c_strides(shape, dt.itemsize), dt.str
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """Where a call's buffers sit in the arena (by buffer index), how big the arena must
+    be, and the plan as the worker is sent it."""
+
+    placements: dict[int, Placement]
+    size: int
+    message: tuple
+
+
+class _Kept:
+    """What the worker has been sent, by id (kernel descriptions, call plans), with what
+    mtwork keeps beside each: the most recently used are kept, and the ids let go are
+    told to the worker with the next request, so both sides always hold the same ones."""
+
+    def __init__(self, limit: int) -> None:
+        self._entries: OrderedDict[Any, tuple[int, Any]] = OrderedDict()
+        self._limit = limit
+
+    def get(self, key: Any) -> tuple[int, Any] | None:
+        """`key`'s id and value, if kept (without counting as a use)."""
+        return self._entries.get(key)
+
+    def use(self, key: Any, kept: tuple[int, Any] | None, value: Any,
+            new_id: Callable[[], int], forget: list[int]) -> tuple[int, bool]:
+        """`key`'s id, given what `get` found (`kept`), or a new one for `value`; and
+        whether it is new (then the worker must be sent it). An id let go goes to
+        `forget`."""
+        if kept is not None:
+            self._entries.move_to_end(key)
+            return kept[0], False
+        self._entries[key] = (known := new_id()), value
+        if len(self._entries) > self._limit:
+            forget.append(self._entries.popitem(last=False)[1][0])
+        return known, True
+
+    def clear(self) -> None:
+        self._entries.clear()
 
 
 class Isolated:
-    """The worker process and the arena it shares; one dispatch at a time."""
+    """The worker process and the arena it shares; one dispatch at a time. It keeps the
+    `programs_kept` kernels and `plans_kept` call plans used last."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, programs_kept: int = PROGRAMS_KEPT,
+                 plans_kept: int = PLANS_KEPT) -> None:
         self._lock = threading.Lock()
         self._proc: subprocess.Popen | None = None
         self._sock: socket.socket | None = None
         self._arena = Arena()
         self._arena_sent = False
-        self._tokens: OrderedDict[Program, int] = OrderedDict()
-        self._next_token = 0
+        self._programs = _Kept(programs_kept)
+        self._plans = _Kept(plans_kept)
+        self._ids = itertools.count()
         self._cancelled = False
 
     # --- the worker ----------------------------------------------------------------------
@@ -121,16 +178,20 @@ class Isolated:
         child.close()
         self._sock = parent
         self._arena_sent = False
-        self._tokens.clear()
+        self._programs.clear()
+        self._plans.clear()
 
-    def _stop(self) -> int | None:
-        """Ends the worker at once; returns how it ended (a negative signal number)."""
+    def _stop(self, grace: float = 0.0) -> int | None:
+        """Ends the worker: the channel closes, which it ends on by itself within `grace`
+        seconds, or it is killed; returns how it ended (a negative signal number)."""
         proc, sock = self._proc, self._sock
         self._proc, self._sock = None, None
         if sock is not None:
             sock.close()
         if proc is None:
             return None
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(grace)
         if proc.poll() is None:
             proc.kill()
         return proc.wait()
@@ -148,8 +209,9 @@ class Isolated:
             proc.kill()
 
     def close(self) -> None:
+        """Ends the worker (given a second to end by itself) and frees the arena."""
         with self._lock:
-            self._stop()
+            self._stop(grace=1.0)
             self._arena.close()
 
     # --- one dispatch --------------------------------------------------------------------
@@ -157,20 +219,18 @@ class Isolated:
     def dispatch(self, program: Program, call: Dispatch) -> Completion:
         # The watchdog's limit is read here, where the caller's environment is: a worker
         # keeps the environment it started with.
-        if call.options.timeout is None:
-            call = dataclasses.replace(call, options=dataclasses.replace(
-                call.options, timeout=runtime.default_timeout()))
+        timeout = call.options.timeout or runtime.default_timeout()
         with self._lock:
             self._cancelled = False
             if self._proc is None or self._proc.poll() is not None:
                 self._stop()
                 self._start()
-            request, copies = self._request(program, call)
+            request, placements = self._request(program, call, timeout)
             fds = [] if self._arena_sent else [self._arena.fd]
             try:
                 send(self._sock, request, fds)  # type: ignore[arg-type]
                 self._arena_sent = True
-                reply = self._wait(program, call)
+                reply = self._wait(program, timeout)
             except KeyboardInterrupt:
                 self._stop()
                 raise
@@ -179,57 +239,51 @@ class Isolated:
                 if self._cancelled:
                     raise KernelCancelled(program.label, "stopped before it ended") from None
                 raise KernelFault(program.label, _death(status)) from None
-            return self._completion(reply, copies, call)
+            return self._completion(reply, placements, call)
 
-    def _request(self, program: Program, call: Dispatch) -> tuple[dict[str, Any], dict]:
+    def _request(self, program: Program, call: Dispatch, timeout: float
+                 ) -> tuple[tuple, dict[int, Placement]]:
         """The message for the worker, with every buffer placed in the arena (copied in
-        for bound ones), and what to copy back afterwards."""
+        for bound ones), and where each buffer is, to copy the written ones back. A call
+        like an earlier one (same geometry, options, buffer shapes and aliasing) reuses
+        its plan."""
         indices = sorted(call.buffers)
-        sources: dict[int, np.ndarray] = {}
-        placements: dict[int, Placement] = {}
+        sources: dict[int, tuple[np.ndarray, int]] = {}
+        spans: dict[int, Span] = {}
+        shapes = []
         for index in indices:
             buf = call.buffers[index]
             if isinstance(buf, Fresh):
-                dt = np.dtype(storage_numpy_dtype(buf.dtype))
-                shape = tuple(buf.shape)
-                placements[index] = Placement(0, math.prod(shape) * dt.itemsize, 0, shape,
-                                              _c_strides(shape, dt.itemsize), dt.str)
+                spans[index] = _fresh_span(tuple(buf.shape), buf.dtype)
+                shapes.append(buf)
             else:
-                sources[index], placements[index] = _source_bytes(buf)
-        owners = _owners(indices, placements, sources)
-        placed = sorted(set(owners.values()))
-        starts, guards, size = layout([placements[i].nbytes for i in placed])
-        if self._arena.grow(size):
+                view, address, spans[index] = _source(buf)
+                sources[index] = view, address
+                shapes.append((spans[index], buf.dtype, buf.writable))
+        owners = _owners(indices, spans, {i: a for i, (_, a) in sources.items()})
+        # The plan does not depend on the kernel: calls of several kernels share it.
+        key = (call.geometry, call.options, timeout,
+               tuple(sorted(call.threadgroup_memory.items())), tuple(indices), tuple(shapes),
+               owners)
+        kept_plan = self._plans.get(key)
+        plan = (kept_plan[1] if kept_plan is not None
+                else _plan(call, indices, spans, owners, timeout))
+        if self._arena.grow(plan.size):
             self._arena_sent = False
-        whole = np.frombuffer(self._arena.map, dtype=np.uint8)  # type: ignore[arg-type]
-        start_of = dict(zip(placed, starts))
-        for index in placed:
-            if index in sources:
-                start = start_of[index]
-                whole[start : start + placements[index].nbytes] = sources[index]
-        for index in indices:
-            p = placements[index]
-            placements[index] = Placement(start_of[owners[index]], p.nbytes, p.data, p.shape,
-                                          p.strides, p.dtype)
-        token = self._tokens.get(program)
-        fresh_program = token is None
-        if fresh_program:
-            token = self._next_token
-            self._next_token += 1
-            self._tokens[program] = token
-            if len(self._tokens) > _PROGRAMS_KEPT:
-                self._tokens.popitem(last=False)
-        # Sanitized, every access is checked before it happens (an out-of-bounds read is
-        # reported, then goes on): guard pages would turn those reads into faults.
-        guarded = [] if call.options.sanitize else guards
-        request = {"token": token, "program": program if fresh_program else None,
-                   "geometry": call.geometry, "options": call.options,
-                   "threadgroup_memory": dict(call.threadgroup_memory), "guards": guarded,
-                   "buffers": {i: (placements[i], _spec(call.buffers[i])) for i in indices}}
-        return request, placements
+        for index, owner in zip(indices, owners):
+            if index in sources and owner == index:
+                p = plan.placements[index]
+                ctypes.memmove(self._arena.address(p.start), sources[index][1], p.nbytes)
+        # Nothing may fail between naming what the worker is sent and sending it.
+        forget: list[int] = []
+        token, new_program = self._programs.use(program, self._programs.get(program), None,
+                                                self._ids.__next__, forget)
+        plan_id, new_plan = self._plans.use(key, kept_plan, plan, self._ids.__next__, forget)
+        request = (token, program if new_program else None, plan_id,
+                   plan.message if new_plan else None, tuple(forget))
+        return request, plan.placements
 
-    def _wait(self, program: Program, call: Dispatch) -> Any:
-        limit = call.options.timeout
+    def _wait(self, program: Program, limit: float) -> Any:
         grace = min(max(limit, _GRACE_BOUNDS[0]), _GRACE_BOUNDS[1])
         ready, _, _ = select.select([self._sock], [], [], limit + grace)
         if not ready:
@@ -245,7 +299,7 @@ class Isolated:
         kind, value = reply
         if kind == "error":
             raise value
-        written, report, used, engine, counters = value
+        written, report, used, engine, why, counters = value
         buffers = {}
         for index in written:
             arena_view = placements[index].view(self._arena.map)  # type: ignore[arg-type]
@@ -256,7 +310,23 @@ class Isolated:
             else:
                 buffers[index] = np.array(arena_view)
             del arena_view
-        return Completion(buffers, report, used, engine, counters)
+        return Completion(buffers, report, used, Engine(engine, why), counters)
+
+
+def _plan(call: Dispatch, indices: list[int], spans: dict[int, Span], owners: tuple[int, ...],
+          timeout: float) -> _Plan:
+    """Where each buffer of `call` goes in the arena, and the plan the worker is sent."""
+    placed = sorted(set(owners))
+    starts, guards, size = layout(tuple(spans[i][0] for i in placed))
+    start_of = dict(zip(placed, starts))
+    placements = {i: Placement(start_of[owner], *spans[i]) for i, owner in zip(indices, owners)}
+    # Sanitized, every access is checked before it happens (an out-of-bounds read is
+    # reported, then goes on): guard pages would turn those reads into faults.
+    message = (call.geometry, call.options, timeout,
+               tuple(sorted(call.threadgroup_memory.items())),
+               () if call.options.sanitize else guards,
+               tuple((i, placements[i], _spec(call.buffers[i])) for i in indices))
+    return _Plan(placements, size, message)
 
 
 def _c_strides(shape: tuple[int, ...], itemsize: int) -> tuple[int, ...]:

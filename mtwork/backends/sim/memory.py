@@ -109,6 +109,8 @@ class Memory:
         A copy holds the bytes its view spans, placed so that element 0 starts aligned
         (strided views keep their layout); memory bound at several indices stays one
         copy."""
+        if not fresh and not self.misaligned:
+            return
         types = {i: np.dtype(dtypes.storage_numpy_dtype(b.dtype)) for i, b in fresh.items()}
         spans: dict[tuple[int, int], list[int]] = {}
         for index, view in self.misaligned.items():
@@ -117,9 +119,7 @@ class Memory:
                 for span, ix in spans.items()}
         sizes = ([math.prod(b.shape) * types[i].itemsize for i, b in fresh.items()]
                  + [pads[(lo, hi)] + hi - lo for lo, hi in spans])
-        if not sizes:
-            return
-        memory = guarded(sizes, guard=self.dispatch.options.sanitize is None)
+        memory = guarded(tuple(sizes), guard=self.dispatch.options.sanitize is None)
         for raw, (index, buf) in zip(memory, fresh.items()):
             shaped = raw.view(types[index]).reshape(tuple(buf.shape))
             self.arrays[index] = initialise(shaped, buf.dtype, buf.fill)

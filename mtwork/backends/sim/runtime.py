@@ -205,6 +205,36 @@ def _timeout_detail(limit: float, library: KernelLibrary,
             f"{listed}{more} (offsets in {library.path})")
 
 
+_LAUNCHES_KEPT = 256
+_launches: dict[tuple, LaunchRecord] = {}
+
+
+def _launch_template(library: KernelLibrary, kernel_name: str, grid: tuple[int, ...],
+                     threadgroup: tuple[int, ...], tg_static_bytes: int, tg_memory_limit: int,
+                     workers: int, barrier_free: bool, lockstep: bool) -> LaunchRecord:
+    """A dispatch's launch record but for its buffers and sanitizer: made once per kernel
+    and geometry (a cached call copies it instead of building it field by field)."""
+    key = (library.path, kernel_name, grid, threadgroup, tg_static_bytes, tg_memory_limit,
+           workers, barrier_free, lockstep)
+    template = _launches.get(key)
+    if template is None:
+        template = LaunchRecord(
+            entry=library.entry_barrier_free if barrier_free else library.entry,
+            kernel_name=kernel_name.encode(),
+            grid=(ctypes.c_uint32 * 3)(*grid),
+            threadgroup=(ctypes.c_uint32 * 3)(*threadgroup),
+            tg_memory_limit=tg_memory_limit,
+            tg_static_bytes=tg_static_bytes,
+            workers=workers,
+            barrier_free=int(barrier_free),
+            lockstep=int(lockstep),
+        )
+        if len(_launches) >= _LAUNCHES_KEPT:
+            _launches.clear()
+        _launches[key] = template
+    return template
+
+
 def dispatch(
     library: KernelLibrary,
     kernel_name: str,
@@ -233,18 +263,11 @@ def dispatch(
         return tg_static_bytes  # no threads: nothing runs
     rt = runtime_handle()
     barrier_free = barrier_free and sanitizing is None  # sanitizing needs thread identities
-    launch = LaunchRecord(
-        entry=library.entry_barrier_free if barrier_free else library.entry,
-        buffers=ctypes.cast(buffers, ctypes.c_void_p).value,
-        kernel_name=kernel_name.encode(),
-        grid=(ctypes.c_uint32 * 3)(*grid),
-        threadgroup=(ctypes.c_uint32 * 3)(*threadgroup),
-        tg_memory_limit=tg_memory_limit,
-        tg_static_bytes=tg_static_bytes,
-        workers=workers,
-        barrier_free=int(barrier_free),
-        lockstep=int(lockstep),
-    )
+    template = _launch_template(library, kernel_name, tuple(grid), tuple(threadgroup),
+                                tg_static_bytes, tg_memory_limit, workers, barrier_free,
+                                lockstep)
+    launch = LaunchRecord.from_buffer_copy(template)  # `template` keeps the name alive
+    launch.buffers = ctypes.cast(buffers, ctypes.c_void_p).value
     if sanitizing is not None:
         launch.sanitize = 1
         launch.buffer_info = ctypes.cast(sanitizing.buffers, ctypes.c_void_p).value

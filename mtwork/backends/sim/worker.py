@@ -2,51 +2,86 @@
 
 Started by `isolation.Isolated` as ``python -m mtwork.backends.sim.worker FD``, where FD
 is its end of a Unix socket. Each request names a kernel (its `Program`, sent once, then
-a token), the placement of every buffer in the arena and the dispatch's geometry and
-options; the reply is the buffers written, the sanitizer's report, the threadgroup
-memory used, the engine that ran it and the profiler's counters, or the exception the
-dispatch raised. Guard pages around the buffers are made inaccessible for the call, so a
-write past a buffer's end faults at once.
+a token) and a plan (the dispatch's geometry and options and where every buffer sits in
+the arena, sent once, then an id), and the ids mtwork no longer uses; the reply is the
+buffers written, the sanitizer's report, the threadgroup memory used, the engine that ran
+it and the profiler's counters, or the exception the dispatch raised. Guard pages around
+the buffers are inaccessible while a plan's calls run, so a write past a buffer's end
+faults at once. $MTWORK_WORKER_PROFILE names a file for the worker's cProfile statistics
+(`bench/isolation_profile.py`).
 """
 
 from __future__ import annotations
 
+import atexit
+import cProfile
+import dataclasses
+import os
 import socket
 import sys
-from typing import Any
 
-from ...dispatch import Bound, Dispatch, Fresh, Program
+import numpy as np
+
+from ...dispatch import Bound, Dispatch, Fresh, Geometry, Options, Program
 from ...errors import KernelFault
 from . import SimBackend
 from .arena import Arena, Placement
 from .channel import ChannelClosed, receive, send
 
+Plan = tuple[Geometry, Options, float, tuple[tuple[int, int], ...], tuple[int, ...],
+             tuple[tuple[int, Placement, tuple], ...]]
 
-def _run(backend: SimBackend, arena: Arena, programs: dict[int, Program],
-         request: dict[str, Any]) -> tuple:
-    if request["program"] is not None:
-        programs[request["token"]] = request["program"]
-    program = programs[request["token"]]
-    views: dict[int, Any] = {}
-    buffers: dict[int, Bound | Fresh] = {}
-    for index, (placement, spec) in request["buffers"].items():
-        placement: Placement
-        views[index] = placement.view(arena.map)  # type: ignore[arg-type]
-        if spec[0] == "fresh":
-            buffers[index] = spec[1]
-        else:
-            _, dtype, writable = spec
-            buffers[index] = Bound(views[index], dtype, writable=writable, contiguous=False)
-    call = Dispatch(buffers, request["geometry"], request["options"],
-                    request["threadgroup_memory"])
-    arena.guard(request["guards"])
-    try:
-        done = backend.dispatch_here(program, call, place=lambda i, _fresh: views[i])
-    finally:
-        views.clear()
-        arena.guard([])
-    return (sorted(done.buffers), done.sanitizer, done.threadgroup_memory, done.engine,
-            done.counters)
+
+class _Worker:
+    """The kernels and plans mtwork has sent, and what each plan's calls reuse: its
+    `Dispatch` over views of the arena as it is mapped now."""
+
+    def __init__(self) -> None:
+        self.backend = SimBackend()
+        self.arena = Arena()
+        self.programs: dict[int, Program] = {}
+        self.plans: dict[int, Plan] = {}
+        self.calls: dict[int, tuple[Dispatch, dict[int, np.ndarray]]] = {}
+
+    def attach(self, fd: int) -> None:
+        self.calls.clear()  # their views are of the old mapping
+        self.arena.attach(fd)
+
+    def run(self, request: tuple) -> tuple:
+        token, program, plan_id, plan, forget = request
+        for old in forget:
+            self.programs.pop(old, None)
+            self.plans.pop(old, None)
+            self.calls.pop(old, None)
+        if program is not None:
+            self.programs[token] = program
+        if plan is not None:
+            self.plans[plan_id] = plan
+        call, views = self.calls.get(plan_id) or self._prepare(plan_id)
+        self.arena.guard(self.plans[plan_id][4])
+        done = self.backend.dispatch_here(self.programs[token], call,
+                                          place=lambda i, _fresh: views[i])
+        engine = done.engine
+        return (tuple(sorted(done.buffers)), done.sanitizer, done.threadgroup_memory,
+                engine.name if engine else None, engine.reason if engine else None,
+                done.counters)
+
+    def _prepare(self, plan_id: int) -> tuple[Dispatch, dict[int, np.ndarray]]:
+        geometry, options, timeout, threadgroup_memory, _, placed = self.plans[plan_id]
+        views: dict[int, np.ndarray] = {}
+        buffers: dict[int, Bound | Fresh] = {}
+        for index, placement, spec in placed:
+            views[index] = placement.view(self.arena.map)  # type: ignore[arg-type]
+            if spec[0] == "fresh":
+                buffers[index] = spec[1]
+            else:
+                _, dtype, writable = spec
+                buffers[index] = Bound(views[index], dtype, writable=writable,
+                                       contiguous=False)
+        call = Dispatch(buffers, geometry, dataclasses.replace(options, timeout=timeout),
+                        dict(threadgroup_memory))
+        self.calls[plan_id] = call, views
+        return call, views
 
 
 def _reply_error(sock: socket.socket, exc: BaseException) -> None:
@@ -58,16 +93,21 @@ def _reply_error(sock: socket.socket, exc: BaseException) -> None:
 
 def main(fd: int) -> None:
     sock = socket.socket(fileno=fd)
-    backend, arena, programs = SimBackend(), Arena(), {}
+    worker = _Worker()
+    profile_to = os.environ.get("MTWORK_WORKER_PROFILE")
+    if profile_to:  # cProfile statistics of this worker, written when it ends
+        profiler = cProfile.Profile()
+        profiler.enable()
+        atexit.register(lambda: (profiler.disable(), profiler.dump_stats(profile_to)))
     while True:
         try:
             request, fds = receive(sock)
         except ChannelClosed:
             return
         if fds:
-            arena.attach(fds[0])
+            worker.attach(fds[0])
         try:
-            send(sock, ("ok", _run(backend, arena, programs, request)))
+            send(sock, ("ok", worker.run(request)))
         except Exception as exc:  # noqa: BLE001 - every failure goes back to mtwork
             _reply_error(sock, exc)
 
