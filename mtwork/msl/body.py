@@ -31,6 +31,7 @@ import mlx.core as mx
 
 from ..dtypes import as_mx_array, type_string
 from .checks import TemplateValue, check_has_outputs, check_size, validate_template
+from .template_names import template_hash, template_param_kind, template_text
 
 __all__ = [
     "PRELUDE",
@@ -113,50 +114,6 @@ def detect_attributes(source: str) -> list[tuple[str, str]]:
 
 # ---------------------------------------------------------------------------------------
 # Names
-
-
-def _template_value_text(value: TemplateValue) -> str:
-    if isinstance(value, bool):
-        return "1" if value else "0"  # MLX prints bools without boolalpha
-    if isinstance(value, int):
-        return str(value)
-    return type_string(value)
-
-
-def _template_param_kind(value: TemplateValue) -> str:
-    if isinstance(value, bool):
-        return "bool"
-    return "int" if isinstance(value, int) else "typename"
-
-
-def template_text(template: Iterable[tuple[str, Any]] | None) -> str:
-    """The template value list, e.g. ``"<1, 3, float16_t>"``; ``""`` without template."""
-    args = validate_template(template)
-    if not args:
-        return ""
-    return "<" + ", ".join(_template_value_text(v) for _, v in args) + ">"
-
-
-def template_hash(text: str) -> str:
-    """The part of the kernel name made from :func:`template_text`.
-
-    Angle brackets, ``", "`` and minus signs each become ``_`` and the last character
-    is dropped. (MLX 0.32.1 mapped ``-`` through unchanged; 0.32.4 maps it to ``_``,
-    which keeps the name a valid identifier.)
-    """
-    out: list[str] = []
-    i = 0
-    while i < len(text):
-        c = text[i]
-        if c in "<>-":
-            out.append("_")
-        elif text.startswith(", ", i):
-            out.append("_")
-            i += 1
-        else:
-            out.append(c)
-        i += 1
-    return "".join(out)[:-1]
 
 
 @dataclass(frozen=True)
@@ -390,7 +347,7 @@ def _generate(name: str, input_names: tuple[str, ...], output_names: tuple[str, 
 
     parts = [header]
     if targs:
-        decl = ", ".join(f"{_template_param_kind(v)} {n}" for n, v in targs)
+        decl = ", ".join(f"{template_param_kind(v)} {n}" for n, v in targs)
         parts.append(f"template <{decl}>\n")
     parts.append(_write_signature(host, params, len(infos)))
     body_line = "".join(parts).count("\n") + 1
