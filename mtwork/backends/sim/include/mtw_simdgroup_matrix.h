@@ -57,9 +57,6 @@ struct StoreArg {
 struct ProductArg {
   float a[2], b[2], c[2];
 };
-struct Pair {
-  float v[2];
-};
 
 template <typename T>
 MTW_INLINE void widen(float (&out)[2], const metal::vec<T, 2>& elements) {
@@ -88,39 +85,75 @@ void store(const void* const* ins, void* const*, uint32_t mask) {
   }
 }
 
-// D = A B (+ C) in float, whatever the element types; the lane rounds its result to D's
-// type once. Apple does not document the rounding inside the operation; the hardware runs
-// it on the FP32 FMA pipelines, so each element here is a chain of fused multiply-adds
-// over k = 0..7 in increasing order, starting from C (or from the product A[r][0] B[0][c]
-// without C, which keeps the sign of a zero product as a plain multiply would).
-template <bool accumulate>
-void multiply(const void* const* ins, void* const* outs, uint32_t mask) {
-  // A lane that is not there contributes NaN: on the GPU its registers hold garbage.
-  constexpr float poison = __builtin_nanf("");
-  float a[kSize][kSize], b[kSize][kSize], c[kSize][kSize];
-  for (int r = 0; r < kSize; ++r)
-    for (int k = 0; k < kSize; ++k) a[r][k] = b[r][k] = c[r][k] = poison;
-  for (int l = 0; l < mtw_simd::kWidth; ++l) {
-    if (!mtw_simd::active(mask, l)) continue;
-    const ProductArg& in = *static_cast<const ProductArg*>(ins[l]);
-    int r = row_of(l), col = col_of(l);
-    for (int j = 0; j < 2; ++j) {
-      a[r][col + j] = in.a[j];
-      b[r][col + j] = in.b[j];
-      if (accumulate) c[r][col + j] = in.c[j];
-    }
+// A row of a tile: the product works on whole rows, eight lanes of a vector register.
+typedef float Row __attribute__((ext_vector_type(kSize)));
+
+// A tile gathered from the lanes' elements, or to be handed back to them, row by row.
+struct Tile {
+  alignas(32) float at[kSize][kSize];
+  MTW_INLINE Row row(int r) const {
+    Row v;
+    __builtin_memcpy(&v, at[r], sizeof v);
+    return v;
   }
+  MTW_INLINE void set_row(int r, Row v) { __builtin_memcpy(at[r], &v, sizeof v); }
+  MTW_INLINE void put(int lane, const float (&pair)[2]) {
+    __builtin_memcpy(&at[row_of(lane)][col_of(lane)], pair, sizeof pair);
+  }
+};
+
+// The three operands of a product, gathered from the lanes. A lane that is not there
+// contributes NaN: on the GPU its registers hold garbage.
+template <bool accumulate>
+struct Operands {
+  Tile a, b, c;
+
+  MTW_INLINE void gather(const void* const* ins, uint32_t mask) {
+    if (mask == 0xFFFFFFFFu) {
+#pragma clang loop unroll(full)
+      for (int l = 0; l < mtw_simd::kWidth; ++l) take(l, ins[l]);
+      return;
+    }
+    for (int r = 0; r < kSize; ++r)
+      a.set_row(r, Row(__builtin_nanf(""))), b.set_row(r, a.row(r)), c.set_row(r, a.row(r));
+    for (int l = 0; l < mtw_simd::kWidth; ++l)
+      if (mtw_simd::active(mask, l)) take(l, ins[l]);
+  }
+
+  MTW_INLINE void take(int lane, const void* in) {
+    const ProductArg& arg = *static_cast<const ProductArg*>(in);
+    a.put(lane, arg.a);
+    b.put(lane, arg.b);
+    if (accumulate) c.put(lane, arg.c);
+  }
+};
+
+// D = A B (+ C) in float, whatever the element types; each lane's two elements of D are
+// rounded to D's type once and written to the lane's matrix (`outs`), after every lane's
+// operands were read, so D may alias any operand. Apple does not document the rounding
+// inside the operation; the hardware runs it on the FP32 FMA pipelines, so each element
+// here is a chain of fused multiply-adds over k = 0..7 in increasing order, starting from
+// C (or from the product A[r][0] B[0][c] without C, which keeps the sign of a zero product
+// as a plain multiply would). Computed a row of D at a time, one chain per vector element,
+// the eight rows' chains interleaved.
+template <typename TD, bool accumulate>
+void multiply(const void* const* ins, void* const* outs, uint32_t mask) {
+  Operands<accumulate> m;
+  m.gather(ins, mask);
+  Row d[kSize];
+  const Row b0 = m.b.row(0);
+  for (int r = 0; r < kSize; ++r) d[r] = accumulate ? m.c.row(r) : Row(m.a.at[r][0]) * b0;
+  for (int k = accumulate ? 0 : 1; k < kSize; ++k) {
+    const Row bk = m.b.row(k);
+    for (int r = 0; r < kSize; ++r) d[r] = __builtin_elementwise_fma(Row(m.a.at[r][k]), bk, d[r]);
+  }
+  Tile out;
+  for (int r = 0; r < kSize; ++r) out.set_row(r, d[r]);
+#pragma clang loop unroll(full)
   for (int l = 0; l < mtw_simd::kWidth; ++l) {
     if (!mtw_simd::active(mask, l)) continue;
-    Pair& out = *static_cast<Pair*>(outs[l]);
-    int r = row_of(l);
-    for (int j = 0; j < 2; ++j) {
-      int col = col_of(l) + j;
-      float acc = accumulate ? c[r][col] : a[r][0] * b[0][col];
-      for (int k = accumulate ? 0 : 1; k < kSize; ++k)
-        acc = __builtin_fmaf(a[r][k], b[k][col], acc);
-      out.v[j] = acc;
-    }
+    const float* pair = &out.at[row_of(l)][col_of(l)];
+    *static_cast<metal::vec<TD, 2>*>(outs[l]) = metal::vec<TD, 2>(TD(pair[0]), TD(pair[1]));
   }
 }
 
@@ -178,8 +211,7 @@ MTW_INLINE void simdgroup_store(const thread simdgroup_matrix<T, Cols, Rows>& a,
                                 bool transpose_matrix = false) {
   mtw_sgmatrix::StoreArg<T> in{dst, {elements_per_row, matrix_origin, transpose_matrix},
                                a.thread_elements()};
-  mtw_sgmatrix::Pair unused;
-  mtw_simd_collective(&in, &unused, &mtw_sgmatrix::store<T>);
+  mtw_simd_collective(&in, &in, &mtw_sgmatrix::store<T>);  // no result: `out` unused
 }
 
 // d = a b + c. The operands may differ in element type (half inputs, float accumulator);
@@ -193,9 +225,7 @@ MTW_INLINE void simdgroup_multiply_accumulate(thread simdgroup_matrix<TD, Cols, 
   mtw_sgmatrix::widen(in.a, a.thread_elements());
   mtw_sgmatrix::widen(in.b, b.thread_elements());
   mtw_sgmatrix::widen(in.c, c.thread_elements());
-  mtw_sgmatrix::Pair out;
-  mtw_simd_collective(&in, &out, &mtw_sgmatrix::multiply<true>);
-  d.thread_elements() = vec<TD, 2>(TD(out.v[0]), TD(out.v[1]));
+  mtw_simd_collective(&in, &d.thread_elements(), &mtw_sgmatrix::multiply<TD, true>);
 }
 
 // d = a b.
@@ -206,9 +236,7 @@ MTW_INLINE void simdgroup_multiply(thread simdgroup_matrix<TD, Cols, Rows>& d,
   mtw_sgmatrix::ProductArg in;
   mtw_sgmatrix::widen(in.a, a.thread_elements());
   mtw_sgmatrix::widen(in.b, b.thread_elements());
-  mtw_sgmatrix::Pair out;
-  mtw_simd_collective(&in, &out, &mtw_sgmatrix::multiply<false>);
-  d.thread_elements() = vec<TD, 2>(TD(out.v[0]), TD(out.v[1]));
+  mtw_simd_collective(&in, &d.thread_elements(), &mtw_sgmatrix::multiply<TD, false>);
 }
 
 // Operators on SIMD-group matrices of one element type: `+` and `-` per element (each lane
