@@ -64,69 +64,108 @@ MTW_INLINE void widen(float (&out)[2], const metal::vec<T, 2>& elements) {
   out[1] = float(elements[1]);
 }
 
+// Loads and stores for the lanes of `mask`, all of them when `full` (every lane's row and
+// column then known when compiling). Every lane reads before any lane writes.
+template <typename T, bool full>
+MTW_INLINE void load_lanes(const void* const* ins, void* const* outs, uint32_t mask) {
+  T got[mtw_simd::kWidth][2];
+#pragma clang loop unroll(full)
+  for (int l = 0; l < mtw_simd::kWidth; ++l) {
+    if (!full && !mtw_simd::active(mask, l)) continue;
+    const LoadArg<T>& in = *static_cast<const LoadArg<T>*>(ins[l]);
+    for (int j = 0; j < 2; ++j) got[l][j] = in.src[in.place.offset(row_of(l), col_of(l) + j)];
+  }
+#pragma clang loop unroll(full)
+  for (int l = 0; l < mtw_simd::kWidth; ++l)
+    if (full || mtw_simd::active(mask, l))
+      *static_cast<metal::vec<T, 2>*>(outs[l]) = metal::vec<T, 2>(got[l][0], got[l][1]);
+}
+
 template <typename T>
 void load(const void* const* ins, void* const* outs, uint32_t mask) {
   mtw_profile::GroupAccess access(ins, mask);  // one SIMD-group access
+  if (mask == 0xFFFFFFFFu) load_lanes<T, true>(ins, outs, mask);
+  else load_lanes<T, false>(ins, outs, mask);
+}
+
+template <typename T, bool full>
+MTW_INLINE void store_lanes(const void* const* ins, uint32_t mask) {
+#pragma clang loop unroll(full)
   for (int l = 0; l < mtw_simd::kWidth; ++l) {
-    if (!mtw_simd::active(mask, l)) continue;
-    const LoadArg<T>& in = *static_cast<const LoadArg<T>*>(ins[l]);
-    metal::vec<T, 2>& out = *static_cast<metal::vec<T, 2>*>(outs[l]);
-    for (int j = 0; j < 2; ++j) out[j] = in.src[in.place.offset(row_of(l), col_of(l) + j)];
+    if (!full && !mtw_simd::active(mask, l)) continue;
+    const StoreArg<T>& in = *static_cast<const StoreArg<T>*>(ins[l]);
+    for (int j = 0; j < 2; ++j) in.dst[in.place.offset(row_of(l), col_of(l) + j)] = in.values[j];
   }
 }
 
 template <typename T>
 void store(const void* const* ins, void* const*, uint32_t mask) {
   mtw_profile::GroupAccess access(ins, mask);  // one SIMD-group access
-  for (int l = 0; l < mtw_simd::kWidth; ++l) {
-    if (!mtw_simd::active(mask, l)) continue;
-    const StoreArg<T>& in = *static_cast<const StoreArg<T>*>(ins[l]);
-    for (int j = 0; j < 2; ++j) in.dst[in.place.offset(row_of(l), col_of(l) + j)] = in.values[j];
-  }
+  if (mask == 0xFFFFFFFFu) store_lanes<T, true>(ins, mask);
+  else store_lanes<T, false>(ins, mask);
 }
 
-// A row of a tile: the product works on whole rows, eight lanes of a vector register.
+// The lane holding element (row, col) of a matrix, col even: row_of and col_of inverted.
+MTW_INLINE constexpr int lane_at(int row, int col) {
+  return (row & 4) << 2 | (col & 4) << 1 | (row & 3) << 1 | (col & 2) >> 1;
+}
+constexpr bool lane_at_inverts_the_layout() {
+  for (int l = 0; l < 32; ++l)
+    if (lane_at(row_of(l), col_of(l)) != l) return false;
+  return true;
+}
+static_assert(lane_at_inverts_the_layout());
+
+// A lane's two elements, and a row of a tile: the product works on whole rows, eight
+// lanes of a vector register.
+typedef float Pair __attribute__((ext_vector_type(2)));
 typedef float Row __attribute__((ext_vector_type(kSize)));
 
-// A tile gathered from the lanes' elements, or to be handed back to them, row by row.
-struct Tile {
-  alignas(32) float at[kSize][kSize];
-  MTW_INLINE Row row(int r) const {
-    Row v;
-    __builtin_memcpy(&v, at[r], sizeof v);
-    return v;
-  }
-  MTW_INLINE void set_row(int r, Row v) { __builtin_memcpy(at[r], &v, sizeof v); }
-  MTW_INLINE void put(int lane, const float (&pair)[2]) {
-    __builtin_memcpy(&at[row_of(lane)][col_of(lane)], pair, sizeof pair);
-  }
-};
+// Row r of the tile whose elements the lanes hold in `pairs`.
+MTW_INLINE Row row_from(const Pair* pairs, int r) {
+  const Pair p0 = pairs[lane_at(r, 0)], p2 = pairs[lane_at(r, 2)];
+  const Pair p4 = pairs[lane_at(r, 4)], p6 = pairs[lane_at(r, 6)];
+  return __builtin_shufflevector(__builtin_shufflevector(p0, p2, 0, 1, 2, 3),
+                                 __builtin_shufflevector(p4, p6, 0, 1, 2, 3), 0, 1, 2, 3, 4,
+                                 5, 6, 7);
+}
 
-// The three operands of a product, gathered from the lanes. A lane that is not there
-// contributes NaN: on the GPU its registers hold garbage.
-template <bool accumulate>
-struct Operands {
-  Tile a, b, c;
-
-  MTW_INLINE void gather(const void* const* ins, uint32_t mask) {
-    if (mask == 0xFFFFFFFFu) {
+// D = A B (+ C) for the lanes of `mask`, all of them when `full` (every index then known
+// when compiling). A lane that is not there contributes NaN: on the GPU its registers hold
+// garbage.
+template <typename TD, bool accumulate, bool full>
+MTW_INLINE void product(const void* const* ins, void* const* outs, uint32_t mask) {
+  Pair a[mtw_simd::kWidth], b[mtw_simd::kWidth], c[mtw_simd::kWidth];
 #pragma clang loop unroll(full)
-      for (int l = 0; l < mtw_simd::kWidth; ++l) take(l, ins[l]);
-      return;
+  for (int l = 0; l < mtw_simd::kWidth; ++l) {
+    if (!full && !mtw_simd::active(mask, l)) {
+      a[l] = b[l] = c[l] = Pair(__builtin_nanf(""));
+      continue;
     }
+    const ProductArg& in = *static_cast<const ProductArg*>(ins[l]);
+    a[l] = Pair{in.a[0], in.a[1]};
+    b[l] = Pair{in.b[0], in.b[1]};
+    if (accumulate) c[l] = Pair{in.c[0], in.c[1]};
+  }
+  Row d[kSize], rows_b[kSize];
+#pragma clang loop unroll(full)
+  for (int k = 0; k < kSize; ++k) rows_b[k] = row_from(b, k);
+#pragma clang loop unroll(full)
+  for (int r = 0; r < kSize; ++r)
+    d[r] = accumulate ? row_from(c, r) : Row(a[lane_at(r, 0)][0]) * rows_b[0];
+#pragma clang loop unroll(full)
+  for (int k = accumulate ? 0 : 1; k < kSize; ++k)
+#pragma clang loop unroll(full)
     for (int r = 0; r < kSize; ++r)
-      a.set_row(r, Row(__builtin_nanf(""))), b.set_row(r, a.row(r)), c.set_row(r, a.row(r));
-    for (int l = 0; l < mtw_simd::kWidth; ++l)
-      if (mtw_simd::active(mask, l)) take(l, ins[l]);
+      d[r] = __builtin_elementwise_fma(Row(a[lane_at(r, k & 6)][k & 1]), rows_b[k], d[r]);
+#pragma clang loop unroll(full)
+  for (int l = 0; l < mtw_simd::kWidth; ++l) {
+    if (!full && !mtw_simd::active(mask, l)) continue;
+    const int r = row_of(l), col = col_of(l);
+    *static_cast<metal::vec<TD, 2>*>(outs[l]) =
+        metal::vec<TD, 2>(TD(d[r][col]), TD(d[r][col + 1]));
   }
-
-  MTW_INLINE void take(int lane, const void* in) {
-    const ProductArg& arg = *static_cast<const ProductArg*>(in);
-    a.put(lane, arg.a);
-    b.put(lane, arg.b);
-    if (accumulate) c.put(lane, arg.c);
-  }
-};
+}
 
 // D = A B (+ C) in float, whatever the element types; each lane's two elements of D are
 // rounded to D's type once and written to the lane's matrix (`outs`), after every lane's
@@ -138,23 +177,8 @@ struct Operands {
 // the eight rows' chains interleaved.
 template <typename TD, bool accumulate>
 void multiply(const void* const* ins, void* const* outs, uint32_t mask) {
-  Operands<accumulate> m;
-  m.gather(ins, mask);
-  Row d[kSize];
-  const Row b0 = m.b.row(0);
-  for (int r = 0; r < kSize; ++r) d[r] = accumulate ? m.c.row(r) : Row(m.a.at[r][0]) * b0;
-  for (int k = accumulate ? 0 : 1; k < kSize; ++k) {
-    const Row bk = m.b.row(k);
-    for (int r = 0; r < kSize; ++r) d[r] = __builtin_elementwise_fma(Row(m.a.at[r][k]), bk, d[r]);
-  }
-  Tile out;
-  for (int r = 0; r < kSize; ++r) out.set_row(r, d[r]);
-#pragma clang loop unroll(full)
-  for (int l = 0; l < mtw_simd::kWidth; ++l) {
-    if (!mtw_simd::active(mask, l)) continue;
-    const float* pair = &out.at[row_of(l)][col_of(l)];
-    *static_cast<metal::vec<TD, 2>*>(outs[l]) = metal::vec<TD, 2>(TD(pair[0]), TD(pair[1]));
-  }
+  if (mask == 0xFFFFFFFFu) product<TD, accumulate, true>(ins, outs, mask);
+  else product<TD, accumulate, false>(ins, outs, mask);
 }
 
 }  // namespace mtw_sgmatrix
