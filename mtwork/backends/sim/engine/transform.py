@@ -17,6 +17,7 @@ from .cfg import Liveness
 from .emit import Layout, region_function
 from .ir import Function, Instruction, IRError, Module, parse_module
 from .regions import BARRIER, COLLECTIVE, Regions, canonical, form_regions
+from .separable import run_lane_by_lane
 from .slots import plan
 from .types import named_types
 from .uniformity import analyse, invariant_loads
@@ -201,6 +202,7 @@ def transform(module_text: str) -> Transformed:
     if set(module.type_names()) & function.values():
         raise IRError("a value is named like a type")
     sites = _rewrite_runtime_calls(function)
+    run_lane_by_lane(function)
     regions = form_regions(function)
     regions.named_types = named_types(module_text)
     liveness = Liveness.of(regions.function, regions.graph)

@@ -81,10 +81,23 @@ MTW_INLINE void load_lanes(const void* const* ins, void* const* outs, uint32_t m
       *static_cast<metal::vec<T, 2>*>(outs[l]) = metal::vec<T, 2>(got[l][0], got[l][1]);
 }
 
+// One lane's part: its two elements.
+template <typename T>
+MTW_INLINE void load_lane(const void* in, void* out, int lane) {
+  const LoadArg<T>& arg = *static_cast<const LoadArg<T>*>(in);
+  const int row = row_of(lane), col = col_of(lane);
+  *static_cast<metal::vec<T, 2>*>(out) = metal::vec<T, 2>(
+      arg.src[arg.place.offset(row, col)], arg.src[arg.place.offset(row, col + 1)]);
+}
+
+// The fast engine runs a load lane by lane where that reads the same values
+// (engine/separable.py names this function); it then sees one lane at a time.
 template <typename T>
 void load(const void* const* ins, void* const* outs, uint32_t mask) {
   mtw_profile::GroupAccess access(ins, mask);  // one SIMD-group access
   if (mask == 0xFFFFFFFFu) load_lanes<T, true>(ins, outs, mask);
+  else if (mask && !(mask & (mask - 1)))
+    load_lane<T>(ins[__builtin_ctz(mask)], outs[__builtin_ctz(mask)], __builtin_ctz(mask));
   else load_lanes<T, false>(ins, outs, mask);
 }
 
