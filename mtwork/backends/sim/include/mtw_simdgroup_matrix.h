@@ -65,17 +65,24 @@ MTW_INLINE void widen(float (&out)[2], const metal::vec<T, 2>& elements) {
 }
 
 // Loads and stores for the lanes of `mask`, all of them when `full` (every lane's row and
-// column then known when compiling). Every lane reads before any lane writes.
+// column then known when compiling). Every lane reads before any lane writes. Sanitized
+// and profiled builds report each memory access by the instruction that made it: there the
+// loop over the lanes stays a loop, one instruction for the SIMD-group's access.
+#if defined(MTW_SANITIZE) || defined(MTW_PROFILE)
+#define MTW_OVER_LANES _Pragma("clang loop unroll(disable)")
+#else
+#define MTW_OVER_LANES _Pragma("clang loop unroll(full)")
+#endif
 template <typename T, bool full>
 MTW_INLINE void load_lanes(const void* const* ins, void* const* outs, uint32_t mask) {
   T got[mtw_simd::kWidth][2];
-#pragma clang loop unroll(full)
+MTW_OVER_LANES
   for (int l = 0; l < mtw_simd::kWidth; ++l) {
     if (!full && !mtw_simd::active(mask, l)) continue;
     const LoadArg<T>& in = *static_cast<const LoadArg<T>*>(ins[l]);
     for (int j = 0; j < 2; ++j) got[l][j] = in.src[in.place.offset(row_of(l), col_of(l) + j)];
   }
-#pragma clang loop unroll(full)
+MTW_OVER_LANES
   for (int l = 0; l < mtw_simd::kWidth; ++l)
     if (full || mtw_simd::active(mask, l))
       *static_cast<metal::vec<T, 2>*>(outs[l]) = metal::vec<T, 2>(got[l][0], got[l][1]);
@@ -103,7 +110,7 @@ void load(const void* const* ins, void* const* outs, uint32_t mask) {
 
 template <typename T, bool full>
 MTW_INLINE void store_lanes(const void* const* ins, uint32_t mask) {
-#pragma clang loop unroll(full)
+MTW_OVER_LANES
   for (int l = 0; l < mtw_simd::kWidth; ++l) {
     if (!full && !mtw_simd::active(mask, l)) continue;
     const StoreArg<T>& in = *static_cast<const StoreArg<T>*>(ins[l]);
