@@ -15,7 +15,8 @@ from mtwork.library import load_metal, new_buffer
 from mtwork.msl.includes import mlx_include_dir
 
 N = 1024  # threads: 32 SIMD-groups
-LINE = 128
+# Device accesses are counted in the granule the L1 moves per cycle (64 bytes: half a line).
+GRANULE = mtwork.gpu.default_gpu().l1_bytes_per_core_cycle
 
 
 def profiled(name, body, inputs, *, out=(N,), dtype=mx.float32, grid=(N, 1, 1),
@@ -34,27 +35,30 @@ def buffer(counters, name):
 # --- device memory ------------------------------------------------------------------------
 
 
-def test_coalesced_copy_moves_one_line_per_simdgroup_access():
+def test_coalesced_copy_moves_128_bytes_per_simdgroup_access():
     x = mx.arange(N, dtype=mx.float32)
     _, c = profiled("copy", "uint i = thread_position_in_grid.x; out[i] = in0[i];", [x])
     load, store = buffer(c, "in0"), buffer(c, "out")
     accesses = N // 32
-    assert (load.loads, load.load_bytes, load.transactions) == (accesses, 4 * N, accesses)
-    assert (store.stores, store.store_bytes, store.transactions) == (accesses, 4 * N, accesses)
-    assert load.distinct_lines == store.distinct_lines == 4 * N // LINE
+    per_access = 128 // GRANULE  # 32 floats
+    assert (load.loads, load.load_bytes, load.transactions) == (accesses, 4 * N,
+                                                                 accesses * per_access)
+    assert (store.stores, store.store_bytes, store.transactions) == (accesses, 4 * N,
+                                                                     accesses * per_access)
+    assert load.distinct_lines == store.distinct_lines == 4 * N // GRANULE
     assert c.coalescing == 1.0
 
 
-def test_strided_copy_requests_the_same_bytes_in_32_lines_per_access():
+def test_strided_copy_requests_the_same_bytes_in_32_granules_per_access():
     x = mx.arange(32 * N, dtype=mx.float32)
     _, c = profiled("strided", "uint i = thread_position_in_grid.x; out[i] = in0[i * 32];",
                     [x])
     load = buffer(c, "in0")
     accesses = N // 32
     assert (load.loads, load.load_bytes) == (accesses, 4 * N)  # as many bytes as coalesced
-    assert load.transactions == 32 * accesses  # every lane in a line of its own
+    assert load.transactions == 32 * accesses  # every lane in a granule of its own
     assert load.distinct_lines == N
-    assert buffer(c, "out").transactions == accesses
+    assert buffer(c, "out").transactions == accesses * 128 // GRANULE
 
 
 def test_lanes_reading_one_word_count_its_bytes_once():
@@ -222,13 +226,13 @@ def test_simdgroup_matrix_gemm(dtype, cls):
     assert {f: getattr(c.simd, f) for f in ("mma_f32", "mma_f16", "mma_bf16")
             if getattr(c.simd, f)} == {cls: k // 8}
     a_load, b_load, store = buffer(c, "in0"), buffer(c, "in1"), buffer(c, "out")
-    # A fragment of A: 8 rows of 8 elements, K elements apart. A float row (32 bytes) sits
-    # in a 128-byte line of its own; half rows (16 bytes, 64 apart) two to a line.
+    # A fragment of A: 8 rows of 8 elements, K elements apart: a float row (32 bytes, 128
+    # apart) and a half row (16 bytes, 64 apart) each sit in a 64-byte granule of its own.
     assert (a_load.loads, a_load.load_bytes) == (k // 8, k * 8 * dtype.size)
-    assert a_load.transactions == k // 8 * {mx.float32: 8, mx.float16: 4}[dtype]
-    # B's fragments are 8 contiguous rows: 64 elements, 2 lines of floats or 1 of halves.
-    assert b_load.transactions == k // 8 * (64 * dtype.size // LINE)
-    assert (store.stores, store.store_bytes, store.transactions) == (1, 256, 2)
+    assert a_load.transactions == k // 8 * 8
+    # B's fragments are 8 contiguous rows: 64 elements, 4 granules of floats or 2 of halves.
+    assert b_load.transactions == k // 8 * (64 * dtype.size // GRANULE)
+    assert (store.stores, store.store_bytes, store.transactions) == (1, 256, 256 // GRANULE)
 
 
 # --- SIMD efficiency and divergence ------------------------------------------------------------
@@ -286,7 +290,7 @@ def test_counts_are_at_the_authors_lines():
     _, c = profiled("lines", body, [x])
     by_line = {(s.file, s.line): s for s in c.source_lines}
     assert by_line[("source", 2)].transactions == N  # the strided load
-    assert by_line[("source", 3)].transactions == N // 32
+    assert by_line[("source", 3)].transactions == N // 32 * 128 // GRANULE
     assert by_line[("source", 3)].lane_ops == N  # the multiply
 
 
@@ -404,7 +408,7 @@ def test_mlx_steel_gemm_does_m_n_k_over_512_multiply_accumulates():
     assert c.simd.mma_f32 == m * n * k // 512
     for name, size in (("A", a.nbytes), ("B", b.nbytes)):
         loads = buffer(c, name)
-        assert loads.distinct_lines == size // LINE
+        assert loads.distinct_lines == size // GRANULE
         assert loads.load_bytes == 2 * size  # each tile is read by the two tiles across
     assert c.threadgroup_accesses > 0 and c.threadgroup_barriers > 0
 

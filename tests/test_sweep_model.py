@@ -14,6 +14,7 @@ from mtwork.backends import _FACTORIES, register
 from mtwork.backends.sim import SimBackend
 from mtwork.kernel import Launch
 from mtwork.sweep import SweepError, SweepInterrupted, sweep
+from mtwork.sweep.results import CACHE_FORMAT
 
 # A 512 x 512 transpose, naive (each SIMD-group's stores stride a whole row apart) or
 # through a threadgroup tile (loads and stores both along rows). The tile's barrier puts
@@ -70,7 +71,8 @@ def test_the_model_ranks_the_tiled_transpose_first_where_cpu_time_says_the_oppos
     for r in result.records:
         assert r.estimate is not None and r.counters is not None
         assert r.modelled == r.estimate.seconds == mtwork.gpu.estimate(r.counters).seconds
-        assert r.bound in ("memory", "latency", "launch", "ALU", "threadgroup memory")
+        assert r.bound in ("memory", "cache", "latency", "launch", "ALU",
+                               "threadgroup memory")
     naive, tiled = sorted(result.records, key=tile_of)
     assert tiled.counters.coalescing > naive.counters.coalescing  # why the model says so
 
@@ -130,6 +132,23 @@ def test_an_old_cache_file_without_the_model_still_loads(tmp_path) -> None:
     odd = sweep(transpose, {"tile": [0, 16]}, cache=cache, key="t2", **KW)
     assert odd.records[0].cached and odd.records[0].counters is None
     assert "unknown key 'wavefronts'" in odd.records[0].model_note
+
+
+def test_entries_of_an_older_cache_format_are_run_again(tmp_path) -> None:
+    cache = tmp_path / "format.jsonl"
+    sweep(transpose, {"tile": [0, 16]}, cache=cache, key="t4", **KW)
+    entries = [json.loads(line) for line in cache.read_text().splitlines()]
+    entries[0]["format"] = CACHE_FORMAT - 1  # counted before the current counters
+    cache.write_text("".join(json.dumps(e) + "\n" for e in entries))
+    built = []
+
+    def counting(config):
+        built.append(config["tile"])
+        return transpose(config)
+
+    again = sweep(counting, {"tile": [0, 16]}, cache=cache, key="t4", **KW)
+    assert built == [entries[0]["config"]["tile"]]
+    assert [r.cached for r in again.records] == [False, True]
 
 
 def test_an_interrupted_sweep_keeps_the_model_of_what_finished(tmp_path) -> None:

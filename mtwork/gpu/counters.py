@@ -6,10 +6,12 @@ while running the kernel, without knowing the chip:
 * **Device memory**, per buffer: bytes requested, i.e. for each SIMD-group access the
   bytes its active lanes touch (a word several lanes read counts once); SIMD-group access
   instructions; transactions, i.e. for each SIMD-group access the number of distinct
-  `line_bytes`-sized lines its active lanes touch, summed (so `requested / moved` is the
-  coalescing efficiency); and the distinct lines touched over the whole dispatch (what
-  reaches DRAM if caches keep every line until it is reused). Atomics are counted apart,
-  per lane.
+  `line_bytes`-sized granules ("lines") its active lanes touch, summed (so `requested /
+  moved` is the coalescing efficiency); and the distinct lines touched over the whole
+  dispatch (what reaches DRAM if caches keep every line until it is reused). The
+  emulator counts in 64-byte granules, what a core's L1 moves per cycle (half a 128-byte
+  cache line); counts made by hand may use whole 128-byte lines. Atomics are counted
+  apart, per lane.
 * **Threadgroup memory**: accesses in conflict-free wavefronts (one wavefront serves 32
   banks × 4 bytes) and bank conflicts as the extra wavefronts a SIMD-group access needs
   under that model (lanes reading the same word do not conflict).
@@ -17,6 +19,11 @@ while running the kernel, without knowing the chip:
   (`SimdOps`), threadgroup barriers passed (per threadgroup).
 * **SIMD efficiency**: ALU instruction issues of SIMD-groups and the active lanes summed
   over them; divergence per source line.
+* **ILP**: the issues on the kernel's longest dependency chains (`dependent_issues`, from
+  the compiled code: backends/sim/ilp.py); issues / dependent issues is the ILP. The same
+  over loads: SIMD-group load issues of the compiled code (`load_issues`) and those on
+  its chains of dependent loads (`dependent_loads`); their ratio is the loads a
+  SIMD-group has in flight at once (`loads_in_flight`).
 * **Occupancy inputs**: the dispatch geometry, threadgroup memory and an estimate of the
   32-bit registers each thread needs (0 when unknown).
 
@@ -28,11 +35,12 @@ from __future__ import annotations
 
 import html
 import math
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..display import bytes_text, count_text, html_table, percent_text, text_table
+from .records import build, check_keys, merge, unique_sorted
 
 if TYPE_CHECKING:
     import plotly.graph_objects as go
@@ -117,7 +125,7 @@ class Counters:
     threadgroup_memory: int = 0  # bytes per threadgroup
     registers: int = 0  # estimated 32-bit registers per thread; 0 = unknown
     dispatches: int = 1
-    line_bytes: int = 128
+    line_bytes: int = 128  # the granule of transactions and distinct lines (sim: 64)
     buffers: tuple[BufferTraffic, ...] = ()
     threadgroup_accesses: int = 0
     bank_conflicts: int = 0
@@ -127,16 +135,19 @@ class Counters:
     simd: SimdOps = field(default_factory=SimdOps)
     simd_issues: int = 0
     active_lanes: int = 0
+    dependent_issues: int = 0  # issues on the critical path; 0 = not measured (ILP 1)
+    load_issues: int = 0  # SIMD-group loads of memory in the compiled code
+    dependent_loads: int = 0  # of those, on chains of dependent loads; 0 = not measured
     source_lines: tuple[SourceLine, ...] = ()
 
     def __post_init__(self) -> None:
         if not isinstance(self.kernel, str):
             raise TypeError(f"Counters(kernel=...) must be a string, got {self.kernel!r}")
         object.__setattr__(self, "buffers",
-                           _unique_sorted(self.buffers, BufferTraffic, "buffers", "buffer"))
+                           unique_sorted(self.buffers, BufferTraffic, "buffers", "buffer"))
         object.__setattr__(self, "source_lines",
-                           _unique_sorted(self.source_lines, SourceLine, "source_lines",
-                                          "file", "line"))
+                           unique_sorted(self.source_lines, SourceLine, "source_lines",
+                                         "file", "line"))
         for name, cls in (("ops", LaneOps), ("simd", SimdOps)):
             if not isinstance(getattr(self, name), cls):
                 raise TypeError(f"Counters({name}=...) must be a {cls.__name__}, "
@@ -151,6 +162,7 @@ class Counters:
             raise ValueError(f"Counters: active_lanes={self.active_lanes} must lie between "
                              f"simd_issues={self.simd_issues} (one lane per issue) and 32 × "
                              "simd_issues")
+        self._check_chains()
         for b in self.buffers:
             if b.distinct_lines > b.transactions:
                 raise ValueError(f"buffer `{b.buffer}`: distinct_lines={b.distinct_lines} > "
@@ -160,6 +172,14 @@ class Counters:
                 raise ValueError(f"buffer `{b.buffer}`: {b.load_bytes + b.store_bytes} bytes "
                                  f"requested but only {b.transactions} transactions of "
                                  f"{self.line_bytes} bytes moved")
+
+    def _check_chains(self) -> None:
+        if self.dependent_issues > self.simd_issues:
+            raise ValueError(f"Counters: dependent_issues={self.dependent_issues} exceeds "
+                             f"simd_issues={self.simd_issues} (ILP is at least 1)")
+        if self.dependent_loads > self.load_issues:
+            raise ValueError(f"Counters: dependent_loads={self.dependent_loads} exceeds "
+                             f"load_issues={self.load_issues} (at least one load in flight)")
 
     # --- derived ---------------------------------------------------------------------------
 
@@ -202,6 +222,16 @@ class Counters:
         return self.threads_per_threadgroup / (SIMD_WIDTH * self.simdgroups_per_threadgroup)
 
     @property
+    def ilp(self) -> float:
+        """Independent ALU instructions per step of the critical path (1.0 unmeasured)."""
+        return self.simd_issues / self.dependent_issues if self.dependent_issues else 1.0
+
+    @property
+    def loads_in_flight(self) -> float | None:
+        """Independent loads per step of the chain of dependent loads (None unmeasured)."""
+        return self.load_issues / self.dependent_loads if self.dependent_loads else None
+
+    @property
     def divergence_sites(self) -> tuple[SourceLine, ...]:
         return tuple(s for s in self.source_lines if s.divergences)
 
@@ -219,12 +249,13 @@ class Counters:
         summed = {name: getattr(self, name) + getattr(other, name)
                   for name in ("threadgroups", "dispatches", "threadgroup_accesses",
                                "bank_conflicts", "threadgroup_atomics",
-                               "threadgroup_barriers", "simd_issues", "active_lanes")}
+                               "threadgroup_barriers", "simd_issues", "active_lanes",
+                               "dependent_issues", "load_issues", "dependent_loads")}
         return replace(self, **summed, ops=_add_flat(self.ops, other.ops),
                        simd=_add_flat(self.simd, other.simd),
-                       buffers=_merge(self.buffers, other.buffers, "buffer"),
-                       source_lines=_merge(self.source_lines, other.source_lines, "file",
-                                           "line"))
+                       buffers=merge(self.buffers, other.buffers, "buffer"),
+                       source_lines=merge(self.source_lines, other.source_lines, "file",
+                                          "line"))
 
     def __radd__(self, other: object) -> Counters:
         if other == 0:  # sum() starts from 0
@@ -242,13 +273,13 @@ class Counters:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Counters:
-        _check_keys(cls, data, "Counters")
+        check_keys(cls, data, "Counters")
         data = dict(data)
-        data["ops"] = _build(LaneOps, data.get("ops", {}), "Counters.ops")
-        data["simd"] = _build(SimdOps, data.get("simd", {}), "Counters.simd")
-        data["buffers"] = tuple(_build(BufferTraffic, b, "Counters.buffers[]")
+        data["ops"] = build(LaneOps, data.get("ops", {}), "Counters.ops")
+        data["simd"] = build(SimdOps, data.get("simd", {}), "Counters.simd")
+        data["buffers"] = tuple(build(BufferTraffic, b, "Counters.buffers[]")
                                 for b in data.get("buffers", ()))
-        data["source_lines"] = tuple(_build(SourceLine, s, "Counters.source_lines[]")
+        data["source_lines"] = tuple(build(SourceLine, s, "Counters.source_lines[]")
                                      for s in data.get("source_lines", ()))
         return cls(**data)
 
@@ -271,7 +302,7 @@ class Counters:
                                               b.transactions * self.line_bytes))]
                        for b in self.buffers]
         memory = (f"device memory: {bytes_text(self.requested_bytes)} requested, "
-                  f"{bytes_text(self.moved_bytes)} moved in {self.line_bytes}-byte lines "
+                  f"{bytes_text(self.moved_bytes)} moved in {self.line_bytes}-byte granules "
                   f"(coalescing {percent_text(self.coalescing)}), "
                   f"{bytes_text(self.distinct_bytes)} distinct")
         work = [[f.name, count_text(getattr(self.ops, f.name))] for f in fields(LaneOps)]
@@ -282,6 +313,11 @@ class Counters:
                  ["bank conflicts (extra wavefronts)", count_text(self.bank_conflicts)],
                  ["threadgroup atomics", count_text(self.threadgroup_atomics)],
                  ["SIMD efficiency", percent_text(self.simd_efficiency)],
+                 ["ILP (issues / dependent issues)",
+                  f"{self.ilp:.2f}" if self.dependent_issues else "not measured"],
+                 ["loads in flight (loads / dependent loads)",
+                  "not measured" if self.loads_in_flight is None
+                  else f"{self.loads_in_flight:.2f}"],
                  ["divergence sites", ", ".join(f"line {s.place} ({s.divergences}×)"
                                                 for s in self.divergence_sites) or "none"]]
         lines = [[s.place, bytes_text(s.device_bytes), count_text(s.transactions),
@@ -325,7 +361,6 @@ class Counters:
 
 
 Flat = TypeVar("Flat", "LaneOps", "SimdOps")
-Built = TypeVar("Built")
 
 
 def _ratio(a: float, b: float) -> float:
@@ -349,49 +384,5 @@ def _check_count(owner: str, name: str, value: object) -> None:
         raise ValueError(f"{owner}({name}=...) must be >= 0, got {value}")
 
 
-def _unique_sorted(items: Iterable[Any], cls: type, name: str, *key: str) -> tuple:
-    items = tuple(items)
-    for item in items:
-        if not isinstance(item, cls):
-            raise TypeError(f"Counters({name}=...) takes {cls.__name__} items, got {item!r}")
-    keys = [tuple(getattr(i, k) for k in key) for i in items]
-    if len(set(keys)) != len(keys):
-        duplicate = next(k for k in keys if keys.count(k) > 1)
-        shown = duplicate[0] if len(key) == 1 else dict(zip(key, duplicate))
-        raise ValueError(f"Counters: {' and '.join(key)} {shown!r} appears twice; merge its "
-                         "counts")
-    return tuple(sorted(items, key=lambda i: tuple(getattr(i, k) for k in key)))
-
-
 def _add_flat(a: Flat, b: Flat) -> Flat:
     return type(a)(**{f.name: getattr(a, f.name) + getattr(b, f.name) for f in fields(a)})
-
-
-def _merge(a: tuple, b: tuple, *key: str) -> tuple:
-    def of(item: Any) -> tuple:
-        return tuple(getattr(item, k) for k in key)
-
-    merged = {of(i): i for i in a}
-    for item in b:
-        k = of(item)
-        if k in merged:
-            first = merged[k]
-            merged[k] = replace(first, **{f.name: getattr(first, f.name) + getattr(item, f.name)
-                                          for f in fields(item) if f.name not in key})
-        else:
-            merged[k] = item
-    return tuple(merged.values())
-
-
-def _check_keys(cls: type, data: object, where: str) -> None:
-    if not isinstance(data, dict):
-        raise TypeError(f"{where}: expected a dict, got {type(data).__name__}")
-    known = [f.name for f in fields(cls)]
-    for key in data:
-        if key not in known:
-            raise ValueError(f"{where}: unknown key {key!r}; known keys: {', '.join(known)}")
-
-
-def _build(cls: type[Built], data: object, where: str) -> Built:
-    _check_keys(cls, data, where)
-    return cls(**data)

@@ -96,8 +96,9 @@ def _named(items: Sequence[Any] | Mapping[str, Any], label: Callable[[Any], str]
 
 # --- a sweep's settings on the model ---------------------------------------------------------
 
-BOUND_COLOURS = {"memory": "#4c72b0", "ALU": "#dd8452", "matrix": "#55a868",
-                 "threadgroup memory": "#8172b3", "latency": "#c44e52", "launch": "#937860"}
+BOUND_COLOURS = {"memory": "#4c72b0", "cache": "#64b5cd", "ALU": "#dd8452",
+                 "matrix": "#55a868", "threadgroup memory": "#8172b3", "latency": "#c44e52",
+                 "launch": "#937860"}
 MMA_FLOPS = 2 * 8 * 8 * 8  # one 8x8x8 multiply-accumulate: 512 FMAs
 
 

@@ -6,22 +6,27 @@ work; the slowest names the bound, and the total is that plus the launch overhea
 * memory (DRAM): distinct bytes / bandwidth. A line reaches DRAM once; touching it again
   is assumed to hit a cache (the reuse estimate: optimistic for a kernel that sweeps more
   than the system level cache holds twice).
-* memory (transactions): line-size transactions through a core's L1 (64 B per core-cycle),
-  so uncoalesced access costs even when the lines are cached.
+* cache (L1): every SIMD-group access goes through its core's L1, which moves 64 B per
+  core-cycle: each `line_bytes` granule an access touches (64-byte segments on `sim`)
+  costs `line_bytes / 64` cycles, hit or miss, so uncoalesced access costs even when its
+  lines are cached. The slower of the two names the bound: "memory" or "cache".
 * ALU: SIMD-group instructions × issue cycles per class (metal-benchmarks) on 4 schedulers
   per core. matrix: 8x8x8 `simdgroup_matrix` multiply-accumulates at the measured FFMA
   rate. Both run on the same FP32 pipelines, so they add.
 * threadgroup memory: wavefronts (bank conflicts serialise as extra ones) at one per
   core-cycle.
-* latency: each SIMD-group waits for its device loads, `loads_in_flight` at a time, at
-  DRAM latency for first touches and L2 latency for the rest, hidden only by the other
-  SIMD-groups resident on the core; plus the exposed latency of threadgroup barriers.
+* latency: each SIMD-group waits for its device loads, as many at a time as its code
+  issues before it needs one (`Counters.loads_in_flight`, measured from the compiled
+  code; `Assumptions.loads_in_flight` when not measured), at DRAM latency for first
+  touches and L2 latency for the rest, hidden only by the other SIMD-groups resident on
+  the core; plus the exposed latency of threadgroup barriers.
 * launch: a fixed cost per dispatch.
 
 Occupancy (threadgroups resident per core) is limited by threads, threadgroup memory and
 registers per core; ALU and matrix issue slow down below 24 resident SIMD-groups (a SIMD-
-group issues a dependent instruction every ~6 cycles). Per-core terms use the busiest
-core's share of the threadgroups, so a partial last wave counts.
+group issues a dependent instruction every ~6 cycles). ALU issue needs fewer of them when
+the kernel's threads keep independent chains (`Counters.ilp`). Per-core terms use the
+busiest core's share of the threadgroups, so a partial last wave counts.
 """
 
 from __future__ import annotations
@@ -38,7 +43,7 @@ from .counters import SIMD_WIDTH, Counters
 if TYPE_CHECKING:
     import plotly.graph_objects as go
 
-BOUNDS = ("memory", "ALU", "matrix", "threadgroup memory", "latency", "launch")
+BOUNDS = ("memory", "cache", "ALU", "matrix", "threadgroup memory", "latency", "launch")
 
 # Issue cycles of one SIMD-group instruction on one scheduler: metal-benchmarks
 # "Instruction Throughputs" (second figure = M1 Max), except where marked.
@@ -60,13 +65,20 @@ FFMA_PER_MMA = 8 * 8 * 8
 # metal-benchmarks: "ALU utilization maxes out at 24 simds/core"; its FFMA32 table gives
 # 11.34 cycles per instruction at 4 SIMD-groups, 5.71 at 8 and 1.99 at 88 (ILP 1).
 SIMDGROUPS_FOR_FULL_ISSUE = 24
+# With ILP k a SIMD-group counts as ILP_GAIN[k] SIMD-groups of ILP 1 towards the 24. Fitted
+# to the same FFMA32 table (M1 Max) at ILP 1-4: the slowdown at 4 and 8 SIMD-groups per
+# core against 88 at the same ILP is 5.70, 2.87 (ILP 1); 4.47, 2.27 (2); 3.30, 2.04 (3);
+# 2.70, 1.57 (4); the gain is the geometric mean over 4 and 8 of ILP 1's slowdown over
+# ILP k's. Between whole ILPs it is interpolated; above 4 (the table's last) it stays.
+ILP_GAIN = (1.0, 1.27, 1.56, 1.97)
 
 
 @dataclass(frozen=True)
 class Assumptions:
     """Constants no public measurement pins down. Vary them to see what depends on them."""
 
-    loads_in_flight: int = 4  # device loads a SIMD-group issues before it waits on one
+    loads_in_flight: int = 4  # device loads a SIMD-group issues before it waits on one,
+    # for counters without the measure (Counters.loads_in_flight)
     barrier_cycles: float = 32.0  # exposed cost of one threadgroup barrier
     wavefronts_per_core_cycle: float = 1.0  # threadgroup memory: 32 banks × 4 B per cycle
     # ferrox (github.com/antonellof/ferrox) issue #149: an extra tiny dispatch cost 5.16 µs
@@ -92,8 +104,12 @@ class Occupancy:
     threadgroups_per_core: int
     simdgroups_per_core: int
     limited_by: str  # "threads", "threadgroup memory", "registers" or "grid"
-    issue_efficiency: float  # min(1, SIMD-groups per core / 24)
+    issue_efficiency: float  # min(1, SIMD-groups per core / 24): matrix issue
     simd_efficiency: float  # active lanes / 32
+    ilp: float  # Counters.ilp
+    alu_issue_efficiency: float  # min(1, SIMD-groups × ilp_gain(ilp) / 24)
+    loads_in_flight: float  # per SIMD-group: Counters.loads_in_flight, else the assumption
+    loads_measured: bool  # whether loads_in_flight is the counters' measure
 
 
 @dataclass(frozen=True)
@@ -104,7 +120,7 @@ class Estimate:
     chip: str
     seconds: float
     bound: str
-    limiting_term: str  # the term that set the time, e.g. "memory (transactions)"
+    limiting_term: str  # the term that set the time, e.g. "cache (L1)"
     terms: tuple[Term, ...]
     occupancy: Occupancy
     assumptions: Assumptions = field(default_factory=Assumptions)
@@ -123,8 +139,10 @@ class Estimate:
         o = self.occupancy
         return (f"occupancy: {o.threadgroups_per_core} threadgroup(s), "
                 f"{o.simdgroups_per_core} SIMD-groups per core, limited by {o.limited_by}; "
-                f"issue efficiency {percent_text(o.issue_efficiency)}, "
-                f"SIMD efficiency {percent_text(o.simd_efficiency)}")
+                f"issue efficiency {percent_text(o.alu_issue_efficiency)} ALU at ILP "
+                f"{o.ilp:.2f}, {percent_text(o.issue_efficiency)} matrix; "
+                f"SIMD efficiency {percent_text(o.simd_efficiency)}; {o.loads_in_flight:.3g} "
+                f"loads in flight ({'measured' if o.loads_measured else 'assumed'})")
 
     def _rows(self) -> list[list[str]]:
         return [[t.name, seconds_text(t.seconds), t.detail] for t in self.terms]
@@ -161,7 +179,7 @@ def estimate(counters: Counters, chip: Chip | str | None = None,
     if not isinstance(chip, Chip):
         raise TypeError(f"estimate(chip=...) takes a Chip, a name or None, got {chip!r}")
     a = assumptions or Assumptions()
-    occ = occupancy(counters, chip)
+    occ = occupancy(counters, chip, a)
     hz = chip.clock_ghz * 1e9
     per_dispatch = math.ceil(counters.threadgroups / counters.dispatches)
     share = math.ceil(per_dispatch / chip.gpu_cores) / per_dispatch  # busiest core's share
@@ -171,7 +189,7 @@ def estimate(counters: Counters, chip: Chip | str | None = None,
                      for name, cycles in LANE_OP_CYCLES.items()) / (
         SIMD_WIDTH * occ.simd_efficiency)
     alu_cycles += sum(getattr(counters.simd, n) * c for n, c in SIMD_OP_CYCLES.items())
-    alu = alu_cycles * share / (chip.schedulers_per_core * hz * eff)
+    alu = alu_cycles * share / (chip.schedulers_per_core * hz * occ.alu_issue_efficiency)
     s = counters.simd
     mma_ffma = FFMA_PER_MMA * (s.mma_f32 / chip.matrix_ffma_per_core_cycle_f32
                                + (s.mma_f16 + s.mma_bf16) / chip.matrix_ffma_per_core_cycle_f16)
@@ -180,14 +198,14 @@ def estimate(counters: Counters, chip: Chip | str | None = None,
     dram_bytes = counters.distinct_bytes
     dram = dram_bytes / (chip.memory_bandwidth_gbs * 1e9)
     l1_bytes = counters.moved_bytes + counters.device_atomics * counters.line_bytes
-    transactions = l1_bytes * share / (chip.l1_bytes_per_core_cycle * hz)
+    cache = l1_bytes * share / (chip.l1_bytes_per_core_cycle * hz)
     wavefronts = (counters.threadgroup_accesses + counters.bank_conflicts
                   + counters.threadgroup_atomics)
     tg = wavefronts * share / (a.wavefronts_per_core_cycle * hz)
 
     load_latency = _load_latency_ns(counters, chip) * 1e-9
-    memory_wait = (counters.device_loads * share / (occ.simdgroups_per_core * a.loads_in_flight)
-                   * load_latency)
+    memory_wait = (counters.device_loads * share
+                   / (occ.simdgroups_per_core * occ.loads_in_flight) * load_latency)
     barrier_wait = (counters.threadgroup_barriers * share / occ.threadgroups_per_core
                     * a.barrier_cycles / hz)
     launch = counters.dispatches * a.launch_seconds
@@ -195,8 +213,8 @@ def estimate(counters: Counters, chip: Chip | str | None = None,
     terms = (
         Term("memory (DRAM)", dram, f"{bytes_text(dram_bytes)} at "
                                     f"{chip.memory_bandwidth_gbs:g} GB/s"),
-        Term("memory (transactions)", transactions,
-             f"{bytes_text(l1_bytes)} in {counters.line_bytes}-B lines, "
+        Term("cache (L1)", cache,
+             f"{bytes_text(l1_bytes)} in {counters.line_bytes}-B granules, "
              f"{chip.l1_bytes_per_core_cycle} B/cycle per core"),
         Term("ALU", alu, f"{count_text(round(alu_cycles))} issue cycles"),
         Term("matrix", matrix, f"{count_text(s.mma_f32 + s.mma_f16 + s.mma_bf16)} "
@@ -206,14 +224,15 @@ def estimate(counters: Counters, chip: Chip | str | None = None,
                                        "bank conflicts)"),
         Term("latency", memory_wait + barrier_wait,
              f"loads {seconds_text(memory_wait)} ({seconds_text(load_latency)} each, "
-             f"{a.loads_in_flight} in flight per SIMD-group), barriers "
+             f"{occ.loads_in_flight:.3g} in flight per SIMD-group, "
+             f"{'measured' if occ.loads_measured else 'assumed'}), barriers "
              f"{seconds_text(barrier_wait)}"),
         Term("launch", launch, f"{counters.dispatches} × {seconds_text(a.launch_seconds)}"),
     )
     # (bound, limiting term, time) of each resource; ALU and matrix add (same pipelines).
     compute = ("matrix", "matrix") if matrix > alu else ("ALU", "ALU")
-    memory = ("memory", "memory (DRAM)" if dram >= transactions else "memory (transactions)")
-    body = [(*memory, max(dram, transactions)), (*compute, alu + matrix),
+    body = [("memory", "memory (DRAM)", dram), ("cache", "cache (L1)", cache),
+            (*compute, alu + matrix),
             ("threadgroup memory", "threadgroup memory", tg),
             ("latency", "latency", memory_wait + barrier_wait)]
     bound, limit, slowest = max(body, key=lambda b: b[2])
@@ -223,8 +242,10 @@ def estimate(counters: Counters, chip: Chip | str | None = None,
                     a)
 
 
-def occupancy(counters: Counters, chip: Chip) -> Occupancy:
-    """Threadgroups and SIMD-groups resident per core, and what limits them."""
+def occupancy(counters: Counters, chip: Chip,
+              assumptions: Assumptions | None = None) -> Occupancy:
+    """Threadgroups and SIMD-groups resident per core, what limits them, and how much
+    each SIMD-group has in flight (independent instructions, loads)."""
     _check_fits(counters, chip)
     simds = counters.simdgroups_per_threadgroup
     lanes = simds * SIMD_WIDTH
@@ -238,9 +259,23 @@ def occupancy(counters: Counters, chip: Chip) -> Occupancy:
     limits["grid"] = math.ceil(per_dispatch / chip.gpu_cores)
     limited_by = min(limits, key=lambda k: limits[k])
     resident = limits[limited_by]
-    return Occupancy(resident, resident * simds, limited_by,
-                     min(1.0, resident * simds / SIMDGROUPS_FOR_FULL_ISSUE),
-                     counters.simd_efficiency)
+    simdgroups = resident * simds
+    measured = counters.loads_in_flight
+    return Occupancy(resident, simdgroups, limited_by,
+                     min(1.0, simdgroups / SIMDGROUPS_FOR_FULL_ISSUE), counters.simd_efficiency,
+                     counters.ilp,
+                     min(1.0, simdgroups * ilp_gain(counters.ilp) / SIMDGROUPS_FOR_FULL_ISSUE),
+                     measured or (assumptions or Assumptions()).loads_in_flight,
+                     measured is not None)
+
+
+def ilp_gain(ilp: float) -> float:
+    """How many ILP-1 SIMD-groups one SIMD-group of this ILP stands for (`ILP_GAIN`)."""
+    k = min(max(ilp, 1.0), float(len(ILP_GAIN)))
+    low = int(k)
+    if low == len(ILP_GAIN):
+        return ILP_GAIN[-1]
+    return ILP_GAIN[low - 1] + (k - low) * (ILP_GAIN[low] - ILP_GAIN[low - 1])
 
 
 def _check_fits(c: Counters, chip: Chip) -> None:
@@ -260,9 +295,11 @@ def _check_fits(c: Counters, chip: Chip) -> None:
                          f"{c.registers} registers need {bytes_text(need)}, more than the "
                          f"{bytes_text(chip.register_file_per_core)} register file of a "
                          "core; Metal would lower maxTotalThreadsPerThreadgroup")
-    if c.line_bytes != chip.line_bytes:
-        raise ValueError(f"`{c.kernel}`: counted with {c.line_bytes}-byte lines, but "
-                         f"{chip.label} has {chip.line_bytes}-byte lines")
+    if chip.line_bytes % c.line_bytes or c.line_bytes % chip.l1_bytes_per_core_cycle:
+        raise ValueError(f"`{c.kernel}`: counted in {c.line_bytes}-byte granules; "
+                         f"{chip.label} needs its {chip.line_bytes}-byte lines or a part of "
+                         f"one that is a multiple of its L1's "
+                         f"{chip.l1_bytes_per_core_cycle} B per cycle")
 
 
 def _load_latency_ns(c: Counters, chip: Chip) -> float:

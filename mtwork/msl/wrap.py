@@ -83,9 +83,21 @@ def _template_lines(signature: KernelSignature, template_args: Sequence[str]) ->
         elif "(*)" in p.kind:  # a function pointer, typed: the function may be a template
             declarator = p.kind.replace("(*)", f"(*{p.name})", 1)
             lines.append(f"  constexpr {declarator} = {text};")
+        elif type_info(p.kind) is None:  # a named type, maybe a function's: _VALUE_TYPE
+            lines.append(f"  constexpr __mtw_value_t<{p.kind}> {p.name} = {text};")
         else:
             lines.append(f"  constexpr {p.kind} {p.name} = {text};")
     return lines
+
+
+# The type of a template parameter of a named type: a function type (llama.cpp's
+# ``template<mul_mv_disp_fn_t disp_fn>``, the typedef a decltype of a function) means a
+# pointer to such a function (C++ [temp.param]); the argument may name an overloaded
+# function template, which only that target type resolves. Any other type is itself.
+_VALUE_TYPE = """template <typename T> struct __mtw_value { using type = T; };
+template <typename R, typename... A> struct __mtw_value<R(A...)> { using type = R (*)(A...); };
+template <typename T> using __mtw_value_t = typename __mtw_value<T>::type;
+"""
 
 
 def _parameter_lines(signature: KernelSignature, bound: Sequence[str],
@@ -137,10 +149,12 @@ def wrap(signature: KernelSignature, template_args: Sequence[str], defines: str,
     """
     inputs, outer, inner = _parameter_lines(signature, bound, threadgroup_bytes,
                                             aliases or {})
-    lines = _template_lines(signature, template_args) + outer + ["  {"] + inner
+    template_lines = _template_lines(signature, template_args)
+    lines = template_lines + outer + ["  {"] + inner
+    helper = _VALUE_TYPE if any("__mtw_value_t<" in t for t in template_lines) else ""
     return MetalWrapper(
         name=f"mtw_{signature.name}",
-        header=defines + rewrite_function_constants(library_text) + "\n",
+        header=defines + rewrite_function_constants(library_text) + "\n" + helper,
         source="\n".join(lines) + "\n" + rewrite_function_constants(signature.body) + "\n  }",
         input_names=inputs,
         output_names=["__mtw_unused"],

@@ -29,7 +29,9 @@ def is_time(objective: str) -> bool:
     """Whether `objective` is in seconds: a measured statistic or the modelled time."""
     return objective in TIME_OBJECTIVES or objective == MODELLED
 
-CACHE_FORMAT = 1
+# 2: counters carry ILP and loads in flight, and count device accesses in 64-byte granules;
+# entries of format 1 would rank unevenly beside them, so a resumed sweep runs them again.
+CACHE_FORMAT = 2
 _STATUS_COLOURS = {"ok": "#1a7f37", "wrong": "#cf222e", "fault": "#cf222e",
                    "compile_error": "#9a6700", "oracle_error": "#8250df", "error": "#cf222e",
                    "skipped": "#6e7781"}

@@ -6,6 +6,8 @@ do, against the recurrences written in numpy float64.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -154,3 +156,82 @@ def test_ssm_scan(agreement, d_state, head_dim, heads, groups, tokens, seqs,
            f"{groups} tokens={tokens} seqs={seqs}{' A per state' if per_state else ''}"
     check(agreement, parts, name, np.concatenate([y.ravel(), states.ravel()]),
           np.concatenate([want_y.ravel(), want_states.ravel()]), REFERENCE, **F32)
+
+
+def _scan_args(t: dict[str, Tensor], **fields: int) -> bytes:
+    """ggml_metal_kargs_ssm_scan as ggml_metal_op_ssm_scan fills it (one snapshot, K = 1);
+    `fields` are what the host sets per dispatch (tokens of this part, its offset)."""
+    s, x = t["s"], t["x"]
+    locals_ = {**s.locals("0"), **x.locals("1"), **t["dt"].locals("2"), **t["A"].locals("3"),
+               **t["B"].locals("4"), **t["C"].locals("5")}
+    return pack("ggml_metal_kargs_ssm_scan", locals_, d_state=s.ne[0], d_inner=s.ne[1],
+                n_head=s.ne[2], n_group=t["B"].ne[1], n_seq_tokens_total=x.ne[2], n_seqs=s.ne[3],
+                K=1, s_off=x.nbytes, ns12=x.nb[2] // x.nb[0],
+                ns21=t["dt"].nb[1] // t["dt"].nb[0], ns42=t["B"].nb[2] // t["B"].nb[0],
+                ns52=t["C"].nb[2] // t["C"].nb[0], nb0=4, **fields)
+
+
+def ssm_scan_chunked(t: dict[str, Tensor]) -> tuple[np.ndarray, np.ndarray, list]:
+    """What the host runs for Mamba-2 heads of OP_SSM_SCAN_SSD_HD channels, a scalar decay
+    and a whole chunk of tokens or more: kernel_ssm_scan_ssd_mma_f32 (simdgroup_matrix
+    chunks of OP_SSM_SCAN_SSD_CS tokens, OP_SSM_SCAN_SSD_NSG SIMD-groups, a threadgroup per
+    (head, sequence)) over the whole chunks, then kernel_ssm_scan_f32_tail over the rest,
+    starting from the states the first wrote into dst."""
+    s, x = t["s"], t["x"]
+    d_state, head_dim, heads, seqs = s.ne
+    tokens, chunk = x.ne[2], impl_define("OP_SSM_SCAN_SSD_CS")
+    assert head_dim == impl_define("OP_SSM_SCAN_SSD_HD") and t["A"].ne[0] == 1
+    assert d_state % 8 == 0 and tokens >= chunk
+    whole = tokens // chunk * chunk
+    nsg = impl_define("OP_SSM_SCAN_SSD_NSG")
+    mma = built("ssm.metal", "kernel_ssm_scan_ssd_mma_f32")
+    smem = (3 * chunk + chunk * head_dim + nsg * 8 * chunk + nsg * 2 * 8 * 8) * 4
+    buffers = {1: s, 2: x, 3: t["dt"], 4: t["A"], 5: t["B"], 6: t["C"], 7: t["ids"]}
+    size = x.nbytes + s.nbytes
+    # With a tail, the chunked kernel leaves the tail tokens' y to the tail kernel.
+    dst = new(size, scratch=whole < tokens)
+    out = run(mma, {0: _scan_args(t, n_seq_tokens=whole), **buffers, 8: dst},
+              (1, heads, seqs), (nsg * 32, 1, 1), smem)[8]
+    parts = [mma]
+    if whole < tokens:
+        tail = built("ssm.metal", "kernel_ssm_scan_f32_tail")
+        groups = -(-d_state // 32)
+        out = run(tail, {0: _scan_args(t, n_seq_tokens=tokens - whole, token_offset=whole),
+                         **buffers, 8: out}, (head_dim, heads, seqs), (d_state, 1, 1),
+                  -(-(32 + 2) * 4 * groups // 16) * 16)[8]
+        parts.append(tail)
+    values = decode(out, "f32", (size // 4,))
+    n_y = x.nbytes // 4
+    return values[:n_y].reshape(x.values.shape), values[n_y:].reshape(s.values.shape), parts
+
+
+@pytest.mark.parametrize(("d_state", "heads", "groups", "tokens", "seqs"), [
+    (16, 2, 1, 64, 1),                                  # one chunk
+    pytest.param(128, 4, 2, 128, 2, marks=SLOW),        # two chunks carry the state
+    pytest.param(64, 2, 2, 70, 1, marks=SLOW),          # a chunk, then the tail kernel
+])
+def test_ssm_scan_ssd_mma(agreement, d_state, heads, groups, tokens, seqs) -> None:
+    head_dim = impl_define("OP_SSM_SCAN_SSD_HD")
+    t = _scan_inputs(d_state, head_dim, heads, groups, tokens, seqs, False)
+    # Steps as Mamba-2 takes them: softplus(dt) in [0.001, 0.1], its initial range.
+    step = np.random.default_rng(tokens).uniform(1e-3, 0.1, t["dt"].values.shape)
+    t["dt"] = encoded(np.log(np.expm1(step)), "f32")
+    y, states, parts = ssm_scan_chunked(t)
+    want = np.concatenate([a.ravel() for a in scan_reference(t)])
+    # The chunked form sums the same terms in another order: errors are measured relative
+    # to the sum of the terms' magnitudes (the scan of |s0|, |x|, |B|, |C|). Its decays are
+    # exp of differences of the chunk's cumulative sum of dt A in float32, which carry that
+    # sum's rounding (an ulp of max |cumsum|) into every term.
+    scale = np.concatenate([a.ravel() for a in scan_reference(
+        {k: replace(v, values=np.abs(v.values)) if k in "s x B C" else v
+         for k, v in t.items()})])
+    chunk = impl_define("OP_SSM_SCAN_SSD_CS")
+    decay = np.log1p(np.exp(t["dt"].values)) * t["A"].values[:, 0]
+    whole = tokens // chunk * chunk
+    cumsum = decay[:, :whole].reshape(seqs, -1, chunk, heads).cumsum(axis=2)
+    atol = 2e-6 + 2 * 2.0 ** -24 * float(np.abs(cumsum).max())
+    name = " + ".join(p.kernel.name for p in parts) + f" d_state={d_state} head_dim=" \
+        f"{head_dim} heads={heads}/{groups} tokens={tokens} seqs={seqs}"
+    check(agreement, parts, name, np.concatenate([y.ravel(), states.ravel()]) / scale,
+          want / scale, REFERENCE + "; error / sum|terms|, band 2e-6 + 2 ulp of the "
+          "chunk's largest |cumsum dt A|", dtype="float64", atol=round(atol, 9), rtol=0.0)

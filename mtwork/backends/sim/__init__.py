@@ -28,6 +28,7 @@ from . import abi, compiler, findings, profiling, runtime
 from .engine import Engines, FastLibrary, check_same
 from .instrument import Table
 from .isolation import Isolated, isolate_by_default
+from .lockstep import needs_lockstep
 from .memory import Memory
 from .sources import translation_unit
 
@@ -57,11 +58,27 @@ _ON_FIBERS = "the sanitizer checks kernels on the fiber engine"
 _PROFILED = "the profiler counts kernels on the fiber engine"
 
 
+# Why a lockstep kernel runs on fibers: the fast engine's region loops run a lane's code
+# to the next synchronisation point before the next lane's.
+_LOCKSTEP = ("its SIMD-groups rely on touching threadgroup memory in lockstep, which the "
+             "fiber engine keeps (a step per access) and the fast engine's region loops do "
+             "not")
+
+
+def _needs_lockstep(program: Program) -> bool:
+    """Whether `program` runs with its SIMD-groups in lockstep through threadgroup memory
+    (lockstep.py); $MTWORK_SIM_LOCKSTEP=0 turns it off (to measure what it costs)."""
+    if os.environ.get("MTWORK_SIM_LOCKSTEP", "1") == "0":
+        return False
+    return needs_lockstep([program.sources.text, *(t for _, t in program.sources.files)])
+
+
 @dataclass(frozen=True)
 class _Compiled:
     library: runtime.KernelLibrary
     translation: compiler.Translation
     table: Table | None = None  # profiled builds: what their blocks count
+    lockstep: bool = False  # the library traces its accesses: run in lockstep
 
 
 class SimBackend:
@@ -97,17 +114,18 @@ class SimBackend:
             hit = self._by_program.get((program, variant))
         if hit is not None:
             return hit
+        lockstep = _needs_lockstep(program)
         tu, tree = translation_unit(program)
-        key = (tu.text, program.math_mode, variant)
+        key = (tu.text, program.math_mode, variant + "+lockstep" * lockstep)
         with self._lock:
             hit = self._compiled.get(key)
         if hit is not None:
             return hit
         path = compiler.compile_kernel(tu, program.math_mode, program.label,
                                        include_dirs=tree.include_dirs, sanitize=sanitize,
-                                       profile=profile)
+                                       profile=profile, lockstep=lockstep)
         table = profiling.load_table(path) if profile else None
-        compiled = _Compiled(runtime.load(path), tu, table)
+        compiled = _Compiled(runtime.load(path), tu, table, lockstep)
         with self._lock:
             self._compiled[key] = compiled
             if len(self._by_program) > _PROGRAMS_KEPT:
@@ -165,7 +183,8 @@ class SimBackend:
                 if profile:
                     return self._profiled(program, compiled, memory, call)
                 used = self._run(program, fast.library if fast else compiled.library, memory,
-                                 call, barrier_free or fast is not None, sanitizing)
+                                 call, barrier_free or fast is not None, sanitizing,
+                                 lockstep=compiled.lockstep and fast is None)
             except runtime.NeedsFibers as stop:
                 if fast is not None:  # the threads did not reach the same barrier
                     why = self._engines.needs_fibers(compiled.library.path, str(stop))
@@ -209,6 +228,8 @@ class SimBackend:
             return None, on_fibers
         if barrier_free:
             return None, ""
+        if compiled.lockstep:
+            return None, _LOCKSTEP
         return self._engines.library(program, compiled.library.path)
 
     def _compared(self, program: Program, call: Dispatch,
@@ -220,7 +241,8 @@ class SimBackend:
         memory = Memory(program, call, place)
         if saved is not None:
             memory.restore(saved)
-        self._run(program, compiled.library, memory, call, False, None)
+        self._run(program, compiled.library, memory, call, False, None,
+                  lockstep=compiled.lockstep)
         check_same(program.label, written, memory.written())
         return Completion(memory.written(), None, used, Engine("fast", "compared with fibers"))
 
@@ -231,7 +253,8 @@ class SimBackend:
         assert compiled.table is not None
         with profiling.counting(compiled.library, compiled.table, memory,
                                 call.geometry) as counted:
-            used = self._run(program, compiled.library, memory, call, False, None)
+            used = self._run(program, compiled.library, memory, call, False, None,
+                             lockstep=compiled.lockstep)
         counters = profiling.counters(program.label, compiled.translation.sources,
                                       compiled.library.path, compiled.table, counted,
                                       call.geometry, used)
@@ -239,16 +262,18 @@ class SimBackend:
                           counters)
 
     def _run(self, program: Program, library: runtime.KernelLibrary, memory: Memory,
-             call: Dispatch, barrier_free: bool, sanitizing: abi.Sanitizing | None) -> int:
-        """Runs the dispatch on `library`; time on the fiber engine (not barrier-free, not
-        sanitized) counts toward building the kernel's fast library."""
+             call: Dispatch, barrier_free: bool, sanitizing: abi.Sanitizing | None, *,
+             lockstep: bool = False) -> int:
+        """Runs the dispatch on `library` (`lockstep`: a lockstep build on fibers); time on
+        the fiber engine (not barrier-free, not sanitized) counts toward building the
+        kernel's fast library."""
         geometry = call.geometry
         clamped = tuple(min(t, g) for t, g in zip(geometry.threadgroup, geometry.grid))
         start = time.perf_counter()
         used = runtime.dispatch(
             library, program.label, memory.table, geometry.grid, clamped,
             tg_static_bytes=memory.threadgroup_bytes, timeout=call.options.timeout,
-            barrier_free=barrier_free, sanitizing=sanitizing)
+            barrier_free=barrier_free, sanitizing=sanitizing, lockstep=lockstep)
         if not barrier_free and sanitizing is None:
             self._engines.ran_on_fibers(library.path, time.perf_counter() - start)
         return used

@@ -83,6 +83,7 @@ class LaunchRecord(ctypes.Structure):
         ("workers", ctypes.c_uint32),
         ("barrier_free", ctypes.c_uint32),
         ("sanitize", ctypes.c_uint32),
+        ("lockstep", ctypes.c_uint32),
         ("buffer_info", ctypes.c_void_p),
         ("nbuffers", ctypes.c_uint32),
         ("max_findings", ctypes.c_uint32),

@@ -223,9 +223,15 @@ SANITIZE_FLAGS = ("-fsanitize-coverage=edge,trace-loads,trace-stores", "-g", "-D
 # as GPU work. Vectorizing is off for the tracing, as above.
 PROFILE_FLAGS = ("-fsanitize-coverage=edge,trace-loads,trace-stores", "-gline-tables-only",
                  "-DMTW_PROFILE", "-fno-vectorize", "-fno-slp-vectorize")
+# Lockstep builds (lockstep.py: kernels whose SIMD-groups rely on touching threadgroup
+# memory in lockstep) report the same accesses, each threadgroup one a step of the
+# SIMD-group (runtime/convergence.cpp). Vectorizing is off for the tracing, as above.
+LOCKSTEP_FLAGS = ("-fsanitize-coverage=edge,trace-loads,trace-stores", "-fno-vectorize",
+                  "-fno-slp-vectorize")
 # The profiler's code: a change to it rebuilds profiled kernels.
 _PROFILER_SOURCES = tuple(PACKAGE_DIR / name for name in ("instrument.py", "llvm_ir.py",
-                                                           "registers.py"))
+                                                           "registers.py", "ilp.py",
+                                                           "ir_loops.py"))
 
 
 # zig's clang writes debug info unless told not to; only the sanitizer reads it (line
@@ -238,12 +244,13 @@ METAL_PREDECLARED = ("-include", str(SHIM_DIR / "metal_types"))
 
 def compile_kernel(tu: Translation, math_mode: str, kernel_label: str,
                    include_dirs: Sequence[Path] = (), sanitize: bool = False,
-                   profile: bool = False) -> Path:
+                   profile: bool = False, lockstep: bool = False) -> Path:
     """Compiles a translation unit into a shared library (cached) and returns its path.
 
     `include_dirs` are searched after the shim and MLX's headers (`-I`, in order);
     `sanitize` builds the instrumented variant the sanitizer mode runs; `profile` the
-    profiler's, in a folder with the `instrument.Table` of its blocks (``table.json``).
+    profiler's, in a folder with the `instrument.Table` of its blocks (``table.json``);
+    `lockstep` traces the plain build's loads and stores (both variants trace them).
     """
     flags = [*COMMON_FLAGS, *TARGET_FLAGS, *MATH_MODE_FLAGS[math_mode], *KERNEL_DEFINES,
              *KERNEL_FLAGS]
@@ -252,7 +259,7 @@ def compile_kernel(tu: Translation, math_mode: str, kernel_label: str,
     elif profile:
         flags += PROFILE_FLAGS
     else:
-        flags += NO_DEBUG_INFO
+        flags += [*NO_DEBUG_INFO, *(LOCKSTEP_FLAGS if lockstep else ())]
     user_includes = [arg for d in include_dirs for arg in ("-I", str(d))]
     # The prelude's folder is named after MLX's headers and the rewrites applied to them: a
     # change to either rebuilds (and debug info names the folder the kernel was built with).

@@ -33,6 +33,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ...dispatch import Sources
+from .ilp import chains, load_chains
 from .ir_ops import (
     is_plumbing,
     is_primitive,
@@ -77,6 +78,9 @@ class BlockWork:
     simd: Counter = field(default_factory=Counter)  # SimdOps class -> per SIMD-group issue
     barriers: int = 0
     lines: Counter = field(default_factory=Counter)  # (file, line) -> lane ops
+    chain: float = 0.0  # its lane ops on the critical path per execution (ilp.py)
+    loads: int = 0  # loads of memory (not private arrays) per execution
+    load_chain: float = 0.0  # of those, on the chain of dependent loads (ilp.py)
 
     def counts(self) -> bool:
         return bool(self.ops or self.simd or self.barriers)
@@ -95,13 +99,16 @@ class Table:
         return {"registers": self.registers,
                 "branches": [list(b) if b else None for b in self.branches],
                 "blocks": [{"ops": dict(b.ops), "simd": dict(b.simd), "barriers": b.barriers,
-                            "lines": [[f, n, c] for (f, n), c in b.lines.items()]}
+                            "lines": [[f, n, c] for (f, n), c in b.lines.items()],
+                            "chain": b.chain, "loads": b.loads,
+                            "load_chain": b.load_chain}
                            for b in self.blocks]}
 
     @classmethod
     def from_json(cls, data: dict) -> Table:
         blocks = tuple(BlockWork(Counter(b["ops"]), Counter(b["simd"]), b["barriers"],
-                                 Counter({(f, n): c for f, n, c in b["lines"]}))
+                                 Counter({(f, n): c for f, n, c in b["lines"]}), b["chain"],
+                                 b["loads"], b["load_chain"])
                        for b in data["blocks"])
         return cls(blocks, tuple(tuple(b) if b else None for b in data["branches"]),
                    data["registers"])
@@ -181,6 +188,7 @@ class _Counter:
                 for name in ins.uses:
                     self.users[name].append(ins)
         self.role = self._roles()
+        self.work_ids: set[int] = set()  # instructions that are GPU work (a step of a chain)
 
     def _roles(self) -> dict[int, Role]:
         """Every instruction's role; one without a location takes its users' role when
@@ -205,6 +213,7 @@ class _Counter:
                     cls = simd_class(ins, self.module)
                     if cls:
                         self.work[b].simd[cls] += 1
+                        self.work_ids.add(id(ins))
                 elif ins.callee == "mtw_threadgroup_barrier":
                     self.work[b].barriers += 1
                 elif role.kind == "primitive":
@@ -214,9 +223,22 @@ class _Counter:
                     if role.kind == "loop":
                         ops = Counter({k: v for k, v in ops.items() if not k.startswith("int")})
                     self._add(b, ops, role.line)
+                    if ops:
+                        self.work_ids.add(id(ins))
         for members in instances.values():
             self._add_instance(members)
+        self._chains()
         return self.work
+
+    def _chains(self) -> None:
+        """Each block's share of the critical paths of its operations and of its loads."""
+        for w, chain in zip(self.work, chains(self.f, [sum(w.ops.values()) for w in self.work],
+                                              lambda ins: int(id(ins) in self.work_ids))):
+            w.chain = chain
+        kernels = ("kernel", "loop")  # not the launcher's or the plumbing's loads
+        loads, load_chain = load_chains(self.f, lambda i: self.role[id(i)].kind in kernels)
+        for w, n, chain in zip(self.work, loads, load_chain):
+            w.loads, w.load_chain = n, chain
 
     def _add(self, b: int, ops: Counter, line: tuple[str, int] | None) -> None:
         self.work[b].ops.update(ops)
@@ -234,6 +256,7 @@ class _Counter:
         per_copy = primitive_ops(role.primitive, members)
         for sink in sinks or members[:1]:
             self._add(self.block_of[id(sink)], per_copy, self.role[id(sink)].line or role.line)
+            self.work_ids.add(id(sink))
 
 
 def _branch_hook(ins: Instruction, branch: int, fresh: Callable[[], str]) -> list[str] | None:

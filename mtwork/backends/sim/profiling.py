@@ -151,9 +151,11 @@ def counting(library: runtime.KernelLibrary, table: Table, memory: Memory,
 
 
 def _line_bytes() -> int:
-    """The line size of the chip the counts are for ($MTWORK_GPU's; every chip in the table
-    has 128-byte lines)."""
-    return default_gpu().line_bytes
+    """The granule device accesses are counted in: what the L1 of the chip the counts are
+    for ($MTWORK_GPU's) moves per cycle, 64 bytes (half a 128-byte line) on every chip in
+    the table. An access that uses part of a line costs the segments it touches, not the
+    whole line (mtwork.gpu.model's cache term)."""
+    return default_gpu().l1_bytes_per_core_cycle
 
 
 @lru_cache(maxsize=256)
@@ -172,10 +174,12 @@ def _places(library: Path, offsets: tuple[int, ...], sources: Sources
 
 
 def _work(table: Table, raw: Profiled, lines: defaultdict) -> tuple[dict, dict, list[int]]:
-    """Lane operations, SIMD-group operations and (barriers, SIMD issues, active lanes)
-    of the blocks; per-line operations and divergences go into `lines`."""
+    """Lane operations, SIMD-group operations and (barriers, SIMD issues, active lanes,
+    issues on the critical path, load issues, loads on the chain of dependent loads) of
+    the blocks; per-line operations and divergences go into `lines`."""
     ops, simd = Counter(), Counter()
-    barriers = issues = active = 0
+    barriers = issues = active = load_issues = 0
+    dependent = dependent_loads = 0.0
     for b, work in enumerate(table.blocks):
         lanes, simd_issues = raw.lanes[b], raw.simd[b]
         for cls, n in work.ops.items():
@@ -186,12 +190,16 @@ def _work(table: Table, raw: Profiled, lines: defaultdict) -> tuple[dict, dict, 
         alu = sum(work.ops.values())
         issues += alu * simd_issues
         active += alu * lanes
+        dependent += work.chain * simd_issues
+        load_issues += work.loads * simd_issues
+        dependent_loads += work.load_chain * simd_issues
         for where, n in work.lines.items():
             lines[where]["lane_ops"] += n * lanes
     for branch, where in enumerate(table.branches):
         if where is not None:
             lines[where]["divergences"] += raw.divergences[branch]
-    return dict(ops), dict(simd), [barriers, issues, active]
+    return dict(ops), dict(simd), [barriers, issues, active, round(dependent), load_issues,
+                                   round(dependent_loads)]
 
 
 def _memory(raw: Profiled, places: dict[int, tuple[str, int]], lines: defaultdict
@@ -232,7 +240,8 @@ def counters(kernel: str, sources: Sources, library: Path, table: Table, raw: Pr
              geometry: Geometry, threadgroup_memory: int) -> Counters:
     """The `Counters` of one profiled dispatch."""
     lines: defaultdict = defaultdict(Counter)
-    ops, simd, (barriers, issues, active) = _work(table, raw, lines)
+    ops, simd, (barriers, issues, active, dependent, load_issues, dependent_loads) = _work(
+        table, raw, lines)
     offsets = tuple(sorted({int(s.pc) for s in raw.sites}))
     buffers, shared = _memory(raw, _places(library, offsets, sources), lines)
     return Counters(
@@ -243,7 +252,8 @@ def counters(kernel: str, sources: Sources, library: Path, table: Table, raw: Pr
         buffers=tuple(buffers), threadgroup_barriers=int(barriers),
         ops=LaneOps(**{k: int(v) for k, v in ops.items()}),
         simd=SimdOps(**{k: int(v) for k, v in simd.items()}),
-        simd_issues=int(issues), active_lanes=int(active),
+        simd_issues=int(issues), active_lanes=int(active), dependent_issues=int(dependent),
+        load_issues=int(load_issues), dependent_loads=int(dependent_loads),
         source_lines=_source_lines(lines), **{k: int(v) for k, v in shared.items()})
 
 

@@ -218,10 +218,13 @@ def dispatch(
     workers: int = 0,
     barrier_free: bool = False,
     sanitizing: Sanitizing | None = None,
+    lockstep: bool = False,
 ) -> int:
     """Runs the kernel over the grid; returns the threadgroup memory it used (bytes).
 
     `barrier_free` runs the group as plain loops: only for kernels that never block.
+    `lockstep`: the library traces its loads and stores (compiler.LOCKSTEP_FLAGS), and
+    each SIMD-group steps through threadgroup memory in lockstep.
     Waits in short slices so Ctrl-C and the watchdog (`timeout` seconds, default
     $MTWORK_TIMEOUT or 120) can stop a kernel that never ends.
     """
@@ -240,6 +243,7 @@ def dispatch(
         tg_static_bytes=tg_static_bytes,
         workers=workers,
         barrier_free=int(barrier_free),
+        lockstep=int(lockstep),
     )
     if sanitizing is not None:
         launch.sanitize = 1

@@ -1,6 +1,8 @@
 // The memory accesses of instrumented kernels: clang's -fsanitize-coverage=trace-loads,
 // trace-stores calls one of these before each load and store. Sanitized launches check
-// them (sanitizer.cpp); profiled ones count them (profiler.cpp).
+// them (sanitizer.cpp); profiled ones count them (profiler.cpp); in lockstep kernels
+// (compiler.LOCKSTEP_FLAGS) each threadgroup-memory access is a step of the SIMD-group
+// (convergence.cpp).
 #include <stdint.h>
 
 #include "profiler.h"
@@ -12,15 +14,22 @@ void sanitizer_access(const void* p, uint32_t size, bool write, const void* pc);
 
 namespace {
 
+// A lockstep kernel's access: threadgroup memory (not the accesses of a combine function,
+// which the runtime runs for the SIMD-group) is a step of the SIMD-group.
+inline void lockstep_access(Worker* w, const void* p, const void* pc) {
+  uintptr_t at = reinterpret_cast<uintptr_t>(p) - reinterpret_cast<uintptr_t>(w->tg_memory);
+  if (at < kTgMemoryCapacity && !w->combining && !w->group.barrier_free) simd_step(w, pc);
+}
+
 inline void on_access(const void* p, uint32_t size, bool write, const void* pc) {
-  if (profiler_armed()) {
-    // A thread's own stacks (its private arrays): neither mode looks at them.
-    if (in_fiber_stacks(reinterpret_cast<uintptr_t>(p))) return;
-    Worker* w = calling_worker();
-    if (w && w->in_kernel && profiling(w)) {
-      profiler_access(w, p, size, write, pc);
-      return;
-    }
+  // A thread's own stacks (its private arrays): no mode looks at them.
+  if (in_fiber_stacks(reinterpret_cast<uintptr_t>(p))) return;
+  Worker* w = calling_worker();
+  if (!w || !w->in_kernel || !w->dispatch) return;
+  if (w->dispatch->launch.lockstep) lockstep_access(w, p, pc);
+  if (profiler_armed() && profiling(w)) {
+    profiler_access(w, p, size, write, pc);
+    return;
   }
   sanitizer_access(p, size, write, pc);
 }

@@ -35,27 +35,49 @@ uint32_t lanes_in(const mtw_group& g, uint32_t simdgroup) {
 
 bool lanes_at(const Worker* w, uint32_t sg, const void* site);
 
+// Whether lanes at a threadgroup-memory step that have gone through `barriers` barriers
+// are behind the lanes of their SIMD-group waiting at `barrier`: in the same interval
+// between barriers, so still in the code before it, which goes first wherever the
+// compiler laid that code out (fa_vec_common.metal's reduce: lane 0's stores and the
+// lanes' loop over the output tile, before the barrier that ends each round).
+bool steps_behind(const Worker* w, uint32_t sg, const void* barrier, uint32_t barriers) {
+  uint32_t first = sg * MTW_SIMD_WIDTH, end = first + lanes_in(w->group, sg);
+  for (uint32_t t = first; t < end; ++t)
+    if (w->waits[t].kind == kAtBarrier && w->waits[t].site == barrier &&
+        w->waits[t].barriers != barriers)
+      return false;
+  return true;
+}
+
 // Runs one collective for the lanes in `mask` and makes them runnable (except `self`,
-// the lane that completed it and simply continues).
+// the lane that completed it and simply continues). Lanes at a threadgroup-memory step
+// (always all of `mask` or none: a site is an access or a call) only go on: a step
+// exchanges nothing, so it neither counts as a collective for the sanitizer (MSL orders
+// lanes' accesses only through simdgroup_barrier and SIMD-group functions, and the race
+// must still be reported) nor is divergence when other lanes are elsewhere (the lanes
+// that skipped the access are inactive for it, as on the GPU).
 void release_simd(Worker* w, uint32_t simdgroup, uint32_t mask, uint32_t self) {
   SimdWait& s = w->simd[simdgroup];
-  const void* ins[MTW_SIMD_WIDTH] = {};
-  void* outs[MTW_SIMD_WIDTH] = {};
-  mtw_combine_fn combine = nullptr;
-  for (uint32_t lane = 0; lane < MTW_SIMD_WIDTH; ++lane) {
-    if (!(mask & (1u << lane))) continue;
-    ins[lane] = s.in[lane];
-    outs[lane] = s.out[lane];
-    if (!combine) combine = s.combine[lane];
+  const void* site = w->waits[simdgroup * MTW_SIMD_WIDTH + __builtin_ctz(mask)].site;
+  if (!(s.stepping & mask)) {
+    const void* ins[MTW_SIMD_WIDTH] = {};
+    void* outs[MTW_SIMD_WIDTH] = {};
+    mtw_combine_fn combine = nullptr;
+    for (uint32_t lane = 0; lane < MTW_SIMD_WIDTH; ++lane) {
+      if (!(mask & (1u << lane))) continue;
+      ins[lane] = s.in[lane];
+      outs[lane] = s.out[lane];
+      if (!combine) combine = s.combine[lane];
+    }
+    if (w->dispatch->launch.sanitize) sanitizer_simd_release(w, simdgroup, mask, site);
+    w->combining += 1;  // its memory accesses are no lane's steps
+    combine(ins, outs, mask);
+    w->combining -= 1;
+    w->simd_epoch[simdgroup] += 1;
   }
-  if (w->dispatch->launch.sanitize) {
-    sanitizer_simd_release(w, simdgroup, mask, w->waits[simdgroup * MTW_SIMD_WIDTH +
-                                                       __builtin_ctz(mask)].site);
-  }
-  combine(ins, outs, mask);
-  w->simd_epoch[simdgroup] += 1;
-  remember_site(s, w->waits[simdgroup * MTW_SIMD_WIDTH + __builtin_ctz(mask)].site, mask);
+  remember_site(s, site, mask);
   s.waiting &= ~mask;
+  s.stepping &= ~mask;
   for (uint32_t lane = 0; lane < MTW_SIMD_WIDTH; ++lane) {
     if (!(mask & (1u << lane))) continue;
     uint32_t t = simdgroup * MTW_SIMD_WIDTH + lane;
@@ -83,11 +105,15 @@ bool release_stuck_simd(Worker* w, const void* barrier) {
   for (uint32_t sg = 0; sg < simdgroups; ++sg) {
     uint32_t waiting = w->simd[sg].waiting;
     if (!waiting) continue;
+    // Lanes at threadgroup-memory steps first: a collective waits for every lane that can
+    // still come to it.
+    bool steps = w->simd[sg].stepping != 0;
+    uint32_t candidates = steps ? w->simd[sg].stepping : waiting;
     const void* best_site = nullptr;
     bool best_passed = false;
-    uint32_t best_count = 0;
+    uint32_t best_count = 0, best_barriers = 0;
     for (uint32_t lane = 0; lane < MTW_SIMD_WIDTH; ++lane) {
-      if (!(waiting & (1u << lane))) continue;
+      if (!(candidates & (1u << lane))) continue;
       const ThreadWait& tw = w->waits[sg * MTW_SIMD_WIDTH + lane];
       // Has a lane now waiting elsewhere completed this site before?
       uint32_t elsewhere = 0;
@@ -103,12 +129,16 @@ bool release_stuck_simd(Worker* w, const void* barrier) {
         best_site = tw.site;
         best_passed = passed;
         best_count = tw.collectives;
+        best_barriers = tw.barriers;
       }
     }
-    if (barrier && barrier < best_site && lanes_at(w, sg, barrier)) continue;
+    if (barrier && lanes_at(w, sg, barrier) &&
+        !(steps && steps_behind(w, sg, barrier, best_barriers)) &&
+        barrier < best_site)
+      continue;
     uint32_t mask = 0;
     for (uint32_t lane = 0; lane < MTW_SIMD_WIDTH; ++lane) {
-      if ((waiting & (1u << lane)) && w->waits[sg * MTW_SIMD_WIDTH + lane].site == best_site)
+      if ((candidates & (1u << lane)) && w->waits[sg * MTW_SIMD_WIDTH + lane].site == best_site)
         mask |= 1u << lane;
     }
     release_simd(w, sg, mask, kNoThread);
@@ -193,6 +223,7 @@ void release_barrier(Worker* w, const void* site, uint32_t self) {
     if (tw.kind == kAtBarrier && tw.site == site) {
       tw.kind = kNotWaiting;
       tw.last_barrier = site;
+      tw.barriers++;
       ++released;
       if (first_here == kNoThread) first_here = u;
       if (u != self) w->runnable.push(tw.fiber);
@@ -279,28 +310,26 @@ extern "C" void mtw_threadgroup_barrier(uint32_t) {
   release_barrier(w, site, t);
 }
 
-extern "C" void mtw_simd_collective(const void* in, void* out, mtw_combine_fn combine) {
-  Fiber* f = current_fiber();
-  Worker* w = f->worker;
-  check_may_block(w, "a SIMD-group function");
+namespace mtw {
+
+namespace {
+
+// Lane `t` of `f` now waits at `site`: released at once (as `t`, which goes on) when every
+// live lane of its SIMD-group waits at that site, else suspended.
+__attribute__((always_inline)) inline void wait_in_simdgroup(Worker* w, Fiber* f, uint32_t t, const void* site) {
   mtw_group& g = w->group;
-  uint32_t t = g.current;
-  uint32_t sg = t / MTW_SIMD_WIDTH, lane = t % MTW_SIMD_WIDTH;
+  uint32_t sg = t / MTW_SIMD_WIDTH;
   SimdWait& s = w->simd[sg];
-  s.in[lane] = in;
-  s.out[lane] = out;
-  s.combine[lane] = combine;
-  s.waiting |= 1u << lane;
   ThreadWait& tw = w->waits[t];
   tw.kind = kAtSimd;
-  tw.site = __builtin_return_address(0);
+  tw.site = site;
   tw.fiber = f;
   f->thread = t;
   uint32_t alive = lanes_in(g, sg) - g.simd_done[sg];
   if (uint32_t(__builtin_popcount(s.waiting)) == alive) {
     bool same_site = true;
     for (uint32_t l = 0; l < MTW_SIMD_WIDTH && same_site; ++l)
-      if ((s.waiting & (1u << l)) && w->waits[sg * MTW_SIMD_WIDTH + l].site != tw.site)
+      if ((s.waiting & (1u << l)) && w->waits[sg * MTW_SIMD_WIDTH + l].site != site)
         same_site = false;
     if (same_site) {
       release_simd(w, sg, s.waiting, t);
@@ -308,4 +337,45 @@ extern "C" void mtw_simd_collective(const void* in, void* out, mtw_combine_fn co
     }
   }
   block(w, f);
+}
+
+}  // namespace
+
+// SIMD-group lockstep for threadgroup memory. On Apple GPUs a SIMD-group executes each
+// instruction once for all its active lanes, so a threadgroup store by one lane is seen
+// by every lane's next load, and every lane's load comes before any lane's store that
+// follows it in the code, with no simdgroup_barrier between; llama.cpp's vector flash
+// attention relies on both (fa_vec_common.metal: lane 0 overwrites the scores `ss`
+// that the other lanes read just before, and its reduce across SIMD-groups reads and
+// rewrites `ss` the same way). Fibers run each lane on to its next synchronisation point
+// in turn, so in a kernel that needs it (lockstep.py decides from the source, and the
+// library traces its loads and stores) every threadgroup-memory access is a step of the
+// SIMD-group: the lane waits until the other live lanes are blocked too (at an access, a
+// SIMD-group function or a barrier, or returned), then the lanes at the same access go
+// on together, each to its next step. Diverged lanes are ordered as for SIMD-group
+// functions (release_stuck_simd), steps before collectives.
+void simd_step(Worker* w, const void* site) {
+  Fiber* f = current_fiber();
+  uint32_t t = w->group.current;
+  SimdWait& s = w->simd[t / MTW_SIMD_WIDTH];
+  uint32_t bit = 1u << (t % MTW_SIMD_WIDTH);
+  s.waiting |= bit;
+  s.stepping |= bit;
+  wait_in_simdgroup(w, f, t, site);
+}
+
+}  // namespace mtw
+
+extern "C" void mtw_simd_collective(const void* in, void* out, mtw_combine_fn combine) {
+  Fiber* f = current_fiber();
+  Worker* w = f->worker;
+  check_may_block(w, "a SIMD-group function");
+  uint32_t t = w->group.current;
+  uint32_t lane = t % MTW_SIMD_WIDTH;
+  SimdWait& s = w->simd[t / MTW_SIMD_WIDTH];
+  s.in[lane] = in;
+  s.out[lane] = out;
+  s.combine[lane] = combine;
+  s.waiting |= 1u << lane;
+  wait_in_simdgroup(w, f, t, __builtin_return_address(0));
 }

@@ -92,6 +92,8 @@ typedef struct mtw_launch {
   uint32_t workers;            // OS threads to spread threadgroups over (0: all cores)
   uint32_t barrier_free;       // `entry` is mtw_entry_barrier_free: blocking is a bug
   uint32_t sanitize;           // the kernel library is instrumented: check its accesses
+  uint32_t lockstep;           // the library traces its accesses: a SIMD-group steps through
+                               // threadgroup memory in lockstep (convergence.cpp)
   const mtw_buffer_info* buffer_info;
   uint32_t nbuffers;
   uint32_t max_findings;

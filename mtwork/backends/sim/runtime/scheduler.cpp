@@ -172,7 +172,7 @@ int run_threadgroup(Worker* w, uint64_t index) {
   if (!g.barrier_free) {  // the barrier-free loop never blocks: nothing to wait for
     for (uint32_t sg = 0; sg < simdgroups; ++sg) {
       SimdWait& s = w->simd[sg];
-      s.waiting = 0;
+      s.waiting = s.stepping = 0;
       if (s.done_next) {
         s.done_next = 0;
         memset(s.done_site, 0, sizeof(s.done_site));
@@ -184,6 +184,7 @@ int run_threadgroup(Worker* w, uint64_t index) {
   w->barrier_arrived = 0;
   w->barrier_elsewhere = 0;
   w->failure = MTW_OK;
+  w->combining = 0;
   if (launch.sanitize) {
     if (!w->tg_shadow) {
       snprintf(w->message, sizeof(w->message), "out of memory for the sanitizer's shadow");

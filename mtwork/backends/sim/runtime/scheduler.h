@@ -18,14 +18,16 @@ struct ThreadWait {
   Fiber* fiber;
   const void* site;          // return address of the runtime call: which barrier / function
   const void* last_barrier;  // the barrier this thread last went through
-  uint32_t collectives;      // SIMD-group collectives this thread has completed
+  uint32_t collectives;      // SIMD-group collectives (and lockstep steps) completed
+  uint32_t barriers;         // threadgroup barriers this thread has gone through
   WaitKind kind;
 };
 
 constexpr uint32_t kSitesRemembered = 16;
 
 struct SimdWait {
-  uint32_t waiting;  // lanes blocked in a collective
+  uint32_t waiting;   // lanes blocked in a collective or at a threadgroup-memory step
+  uint32_t stepping;  // of those, the lanes at a threadgroup-memory step (lockstep kernels)
   // Which lanes have completed a collective at each recently seen call site.
   const void* done_site[kSitesRemembered];
   uint32_t done_lanes[kSitesRemembered];
@@ -107,6 +109,7 @@ struct Worker {
   uint32_t barrier_epoch = 0;
   uint16_t simd_epoch[MTW_MAX_SIMDGROUPS];
   int atomic_depth = 0;
+  int combining = 0;  // inside a collective's combine function (kernel code the runtime runs)
   uintptr_t os_stack_lo = 0, os_stack_hi = 0;
 };
 
@@ -160,6 +163,10 @@ inline void block(Worker* w, Fiber* f) {
 // (false when none can be: a deadlock, which report_deadlock then describes).
 bool resolve_stuck(Worker* worker);
 void report_deadlock(Worker* worker);
+// convergence.cpp. A lockstep kernel's thread is about to access threadgroup memory at
+// `site`: it waits until the other live lanes of its SIMD-group are blocked too, and the
+// lanes at the same access go on as one step (see convergence.cpp).
+void simd_step(Worker* worker, const void* site);
 
 // Runs threadgroup `index` of the worker's dispatch; returns an mtw_status.
 int run_threadgroup(Worker* worker, uint64_t index);
