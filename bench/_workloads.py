@@ -110,6 +110,24 @@ def exp(sizes: Sizes, pocl: PoCL | None) -> Workload:
                     lambda: np.exp(x), [np.exp(x.astype(np.float64))])
 
 
+MULTIPLY_ADD = "uint i = thread_position_in_grid.x; out[i] = a[i] * b[i] + c[i];"
+
+
+def multiply_add(sizes: Sizes, pocl: PoCL | None) -> Workload:
+    """a * b + c, rounded after each operation on every side (math mode "safe", OpenCL's
+    FP_CONTRACT off, numpy's two operations)."""
+    n = sizes.elements
+    a, b, c = (_normal(n, seed=k) for k in range(3))
+    sim = _body_kernel("bench_multiply_add", ["a", "b", "c"], ["out"], MULTIPLY_ADD,
+                       inputs=[mx.array(a), mx.array(b), mx.array(c)], grid=(n, 1, 1),
+                       threadgroup=(256, 1, 1), output_shapes=[(n,)],
+                       output_dtypes=[mx.float32])
+    wide = [v.astype(np.float64) for v in (a, b, c)]
+    return Workload(f"a * b + c, {n:,} f32", sim,
+                    _cl(pocl, "multiply_add_f32", (n,), (256,), [a, b, c], [(n,)]),
+                    lambda: a * b + c, [wide[0] * wide[1] + wide[2]])
+
+
 def tree_sum(sizes: Sizes, pocl: PoCL | None) -> Workload:
     n = sizes.elements
     x = _normal(n)
@@ -346,6 +364,7 @@ def q4_0_mul_mm(sizes: Sizes, pocl: PoCL | None) -> Workload:
 
 BUILDERS: dict[str, Callable[[Sizes, PoCL | None], Workload]] = {
     "exp": exp,
+    "multiply_add": multiply_add,
     "tree_sum": tree_sum,
     "softmax": softmax_threadgroup,
     "gemm": gemm_tiled,

@@ -1,14 +1,23 @@
-"""How long the emulator takes to compile: a first compile on an empty cache, and a warm
-compile of a new small kernel, for a kernel that never blocks (the fiber engine's library
-only) and for one with a barrier (the fiber engine's library and the fast engine's).
+"""How long the emulator takes to compile a small kernel: a first compile on an empty
+cache, and a warm compile of a new small kernel, for a kernel that never blocks and for
+one with a barrier.
 
 The first compile runs in a new process with an empty cache ($MTWORK_CACHE_DIR in a
-temporary folder) and says where its time went: the runtime library (built once per
-shim and runtime version), MLX's rewritten headers (once per MLX version), and the
-kernel. The warm compiles use this process's cache, each with a kernel text never seen.
-Targets: first compile < 5 s, warm compile < 0.3 s.
+temporary folder, zig's own cache inside it) and times the first kernel call, which
+builds everything: the runtime library (once per shim and runtime version), MLX's
+rewritten headers (once per MLX version), the precompiled header, the kernel. Its stages
+are then timed one by one, on another empty cache, to say where the time goes (in the
+first call they overlap: the runtime builds in a thread of its own; a checkout from
+before that builds them in turn). The warm compiles
+run in a new process on the warmed cache, each with a kernel text never seen (median).
+CPU seconds (the process and its clang children) are printed beside wall seconds: on a
+shared machine they say more than the wall clock. Targets: first compile < 5 s, warm
+compile < 0.3 s.
 
-    python bench/compile_small_kernel.py [--samples 3]
+`--baseline CHECKOUT` times another checkout of mtwork (an older commit, say) the same
+way, the two alternating, and prints each figure's ratio to it.
+
+    python bench/compile_small_kernel.py [--samples 5] [--rounds 1] [--baseline DIR]
 """
 
 from __future__ import annotations
@@ -20,12 +29,9 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
-import uuid
+from pathlib import Path
 
-import mlx.core as mx
-
-import mtwork
+ROOT = Path(__file__).resolve().parents[1]
 
 PLAIN = "o[thread_position_in_grid.x] = a[0] * 2.0f; // {tag}"
 BARRIER = """
@@ -35,74 +41,117 @@ t[i] = a[i];
 threadgroup_barrier(mem_flags::mem_threadgroup);
 o[i] = t[31 - i]; // {tag}
 """
+BODIES = {"no barrier": PLAIN, "a barrier": BARRIER}
 
-FIRST = """
-import json, sys, time, uuid
+# Run in a fresh interpreter: argv = [mode, body, samples]. Prints one JSON line.
+WORKER = """
+import json, resource, statistics, sys, time, uuid
+def cpu():
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    kids = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
+mode, body, samples = sys.argv[1], sys.argv[2], int(sys.argv[3])
 import mlx.core as mx, mtwork
-from mtwork.backends.sim import compiler
-body = sys.argv[1].format(tag=uuid.uuid4())
-t0 = time.perf_counter()
-compiler.runtime_library()
-t1 = time.perf_counter()
-compiler.prelude_dir()
-t2 = time.perf_counter()
-k = mtwork.metal_kernel("first", ["a"], ["o"], body)
-k(inputs=[mx.zeros((32,))], grid=(32, 1, 1), threadgroup=(32, 1, 1),
-  output_shapes=[(32,)], output_dtypes=[mx.float32])
-t3 = time.perf_counter()
-print(json.dumps({"runtime": t1 - t0, "headers": t2 - t1, "kernel": t3 - t2,
-                  "total": t3 - t0, "engine": k.last_engine.name}))
+mx.set_default_device(mx.cpu)
+def call(tag):
+    k = mtwork.metal_kernel("small", ["a"], ["o"], body.format(tag=tag))
+    k(inputs=[mx.zeros((32,))], grid=(32, 1, 1), threadgroup=(32, 1, 1),
+      output_shapes=[(32,)], output_dtypes=[mx.float32])
+    return k.last_engine.name
+if mode == "stages":
+    from mtwork.backends.sim import compiler
+    out = {}
+    for name, step in (("runtime", compiler.runtime_library),
+                       ("MLX headers", compiler.prelude_dir),
+                       ("kernel", lambda: call(uuid.uuid4()))):
+        t0, c0 = time.perf_counter(), cpu()
+        step()
+        out[name] = [time.perf_counter() - t0, cpu() - c0]
+    print(json.dumps(out))
+    raise SystemExit
+if mode == "warm":
+    call("warmup")
+runs = []
+for _ in range(samples if mode == "warm" else 1):
+    t0, c0 = time.perf_counter(), cpu()
+    engine = call(uuid.uuid4())
+    runs.append((time.perf_counter() - t0, cpu() - c0))
+print(json.dumps({"wall": statistics.median(r[0] for r in runs),
+                  "cpu": statistics.median(r[1] for r in runs), "engine": engine}))
 """
 
 
-def first_compile(body: str) -> dict[str, float | str]:
-    """A new process with an empty cache compiles and runs one kernel."""
-    with tempfile.TemporaryDirectory() as cache:
-        env = {**os.environ, "MTWORK_CACHE_DIR": cache, "MTWORK_BACKEND": "sim",
-               "MTWORK_ISOLATE": "0"}
-        out = subprocess.run([sys.executable, "-c", FIRST, body], env=env,
-                             capture_output=True, text=True, check=True)
-    return json.loads(out.stdout.strip().splitlines()[-1])
+def _worker(checkout: Path, cache: Path, mode: str, body: str, samples: int = 1) -> dict:
+    env = {k: v for k, v in os.environ.items() if k != "ZIG_GLOBAL_CACHE_DIR"}
+    env.update(MTWORK_CACHE_DIR=str(cache), MTWORK_BACKEND="sim", MTWORK_ISOLATE="0",
+               PYTHONPATH=str(checkout))
+    done = subprocess.run([sys.executable, "-c", WORKER, mode, body, str(samples)], env=env,
+                          capture_output=True, text=True, check=False, cwd=checkout)
+    if done.returncode != 0:
+        raise RuntimeError(f"{mode} compile with {checkout} failed:\n{done.stderr[-3000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def warm_compile(body: str, samples: int) -> tuple[float, str]:
-    """Median seconds of compiling and running a kernel whose text is new, and the engine
-    that ran it."""
-    times, engine = [], ""
-    for _ in range(samples):
-        k = mtwork.metal_kernel("warm", ["a"], ["o"], body.format(tag=uuid.uuid4()))
-        start = time.perf_counter()
-        k(inputs=[mx.zeros((32,))], grid=(32, 1, 1), threadgroup=(32, 1, 1),
-          output_shapes=[(32,)], output_dtypes=[mx.float32])
-        times.append(time.perf_counter() - start)
-        engine = k.last_engine.name
-    return statistics.median(times), engine
+def _measure(checkout: Path, body: str, samples: int) -> dict[str, dict]:
+    """The first compile on an empty cache, then warm compiles on that cache."""
+    with tempfile.TemporaryDirectory(prefix="mtwork-compile-") as tmp:
+        first = _worker(checkout, Path(tmp), "first", body)
+        warm = _worker(checkout, Path(tmp), "warm", body, samples)
+    return {"first": first, "warm": warm}
+
+
+def _stages(checkout: Path, body: str) -> dict[str, list[float]]:
+    with tempfile.TemporaryDirectory(prefix="mtwork-compile-") as tmp:
+        return _worker(checkout, Path(tmp), "stages", body)
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--samples", type=int, default=3, help="warm compiles (default 3)")
+    parser.add_argument("--samples", type=int, default=5, help="warm compiles (default 5)")
+    parser.add_argument("--rounds", type=int, default=1, help="first compiles (default 1)")
+    parser.add_argument("--baseline", type=Path, help="another mtwork checkout to compare")
     args = parser.parse_args()
-    if args.samples < 1:
-        parser.error(f"--samples must be at least 1, got {args.samples}")
-    os.environ["MTWORK_BACKEND"] = "sim"
-    os.environ["MTWORK_ISOLATE"] = "0"
-    mx.set_default_device(mx.cpu)
+    for name in ("samples", "rounds"):
+        if getattr(args, name) < 1:
+            parser.error(f"--{name} must be at least 1, got {getattr(args, name)}")
+    if args.baseline is not None and not (args.baseline / "mtwork").is_dir():
+        parser.error(f"--baseline must be an mtwork checkout, got {args.baseline}")
+    checkouts = {"this": ROOT} | ({"baseline": args.baseline.resolve()}
+                                  if args.baseline else {})
     print(f"compile latency on {os.cpu_count()} cores, load average "
-          f"{os.getloadavg()[0]:.2f}")
-    for name, body in (("no barrier", PLAIN), ("a barrier", BARRIER)):
-        first = first_compile(body)
-        print(f"first compile, empty cache, kernel with {name} ({first['engine']}): "
-              f"{first['total']:.2f} s (target < 5 s) = runtime {first['runtime']:.2f} s "
-              f"+ MLX headers {first['headers']:.2f} s + kernel {first['kernel']:.2f} s")
-    mtwork.metal_kernel("warmup", ["a"], ["o"], PLAIN.format(tag="warmup"))(
-        inputs=[mx.zeros((32,))], grid=(32, 1, 1), threadgroup=(32, 1, 1),
-        output_shapes=[(32,)], output_dtypes=[mx.float32])
-    for name, body in (("no barrier", PLAIN), ("a barrier", BARRIER)):
-        seconds, engine = warm_compile(body, args.samples)
-        print(f"warm compile of a new small kernel with {name} ({engine}): "
-              f"{seconds:.2f} s (target < 0.3 s), median of {args.samples}")
+          f"{os.getloadavg()[0]:.2f}; wall / CPU seconds, medians")
+    for name, body in BODIES.items():
+        runs: dict[str, list[dict]] = {c: [] for c in checkouts}
+        order = list(checkouts)
+        for r in range(args.rounds):
+            for c in order[r % 2:] + order[: r % 2]:
+                runs[c].append(_measure(checkouts[c], body, args.samples))
+        _report(name, runs)
+        for c, checkout in checkouts.items():
+            stages = _stages(checkout, body)
+            print(f"  {c}: stages one by one, empty cache: " + ", ".join(
+                f"{stage} {wall:.2f} / {cpu:.2f}" for stage, (wall, cpu) in stages.items()))
+    print(f"load average after: {os.getloadavg()[0]:.2f}")
     return 0
+
+
+LABELS = {"first": ("first compile, empty cache", 5.0),
+          "warm": ("warm compile, new kernel", 0.3)}
+
+
+def _report(name: str, runs: dict[str, list[dict]]) -> None:
+    for kind, (label, goal) in LABELS.items():
+        cells = {c: (statistics.median(r[kind]["wall"] for r in rs),
+                     statistics.median(r[kind]["cpu"] for r in rs), rs[-1][kind]["engine"])
+                 for c, rs in runs.items()}
+        wall, cpu, engine = cells["this"]
+        line = (f"{label}, kernel with {name} ({engine}): {wall:.2f} / {cpu:.2f} s "
+                f"(target < {goal:g} s)")
+        if "baseline" in cells:
+            b_wall, b_cpu, _ = cells["baseline"]
+            line += (f"; baseline {b_wall:.2f} / {b_cpu:.2f} s, ratio {wall / b_wall:.2f} "
+                     f"/ {cpu / b_cpu:.2f}")
+        print(line)
 
 
 if __name__ == "__main__":

@@ -45,11 +45,18 @@ float row32_max(__local float* slot, float x, uint lane) {
 #endif
 }
 
-// --- 1. elementwise exp -------------------------------------------------------------------
+// --- 1. elementwise: exp, a * b + c ---------------------------------------------------
 
 __kernel void exp_f32(__global const float* x, __global float* out) {
   const size_t i = get_global_id(0);
   out[i] = exp(x[i]);
+}
+
+__kernel void multiply_add_f32(__global const float* a, __global const float* b,
+                               __global const float* c, __global float* out) {
+#pragma OPENCL FP_CONTRACT OFF
+  const size_t i = get_global_id(0);
+  out[i] = a[i] * b[i] + c[i];
 }
 
 // --- 2. threadgroup tree sum: one partial sum per 256-thread work-group -----------------

@@ -12,7 +12,10 @@ rewritten sources, preprocessed listings — and how it keeps it safe.
   are gone are removed.
 - Size: least recently used artefacts go once they pass $MTWORK_CACHE_MAX (bytes, or
   with K/M/G; default 2G). zig's own build of the C runtime (built once, about 50 MB) is
-  kept apart and does not count.
+  kept apart and does not count. A running total (``.usage``: the bytes last counted plus
+  those published since) spares each build a walk over the whole cache (a second and
+  more for tens of thousands of kernels): the cache is counted again only once the total
+  nears the limit, or an hour after the last count.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ import secrets
 import shutil
 import tempfile
 import threading
+import time
 import warnings
 from functools import cache
 from pathlib import Path
@@ -36,6 +40,8 @@ __all__ = ["cache_dir", "cache_info", "clear_cache", "discard", "evict", "is_sea
 _SEAL_SUFFIX = ".seal"
 _pinned: set[Path] = set()  # artefacts this process goes on reading: never evicted
 _KEY_NAME = ".seal-key"
+_USAGE_NAME = ".usage"
+RECOUNT_SECONDS = 3600.0
 _DEFAULT_MAX = 2 << 30
 _lock = threading.Lock()
 _usable_lock = threading.Lock()
@@ -101,7 +107,7 @@ def _alive(pid: int) -> bool:
 def _remove_leftovers(root: Path) -> None:
     """Build folders and files of processes that are gone."""
     for folder in (root, root / "kernels", root / "sources", root / "zig-local",
-                   root / "preprocessed"):
+                   root / "preprocessed", root / "pch"):
         if not folder.is_dir():
             continue
         for entry in folder.iterdir():
@@ -175,6 +181,7 @@ def publish(built: Path, final: Path) -> None:
         shutil.rmtree(built, ignore_errors=True)
     with contextlib.suppress(FileNotFoundError):  # evicted at once by another process
         os.utime(_seal_path(final))
+        _count_published(_size(final))
 
 
 def discard(path: Path) -> None:
@@ -201,7 +208,7 @@ def max_size() -> int:
     return int(float(m.group(1)) * scale)
 
 
-_KEPT = frozenset({_KEY_NAME, "zig", "zig-local", "preprocess-stubs"})  # not artefacts
+_KEPT = frozenset({_KEY_NAME, _USAGE_NAME, "zig", "zig-local", "preprocess-stubs"})  # not artefacts
 
 
 def _size(path: Path) -> int:
@@ -226,7 +233,8 @@ def _artefacts(root: Path) -> list[tuple[float, int, Path]]:
         if (entry.name in _KEPT or entry.name.endswith(_SEAL_SUFFIX)
                 or _BUILDING.match(entry.name)):
             continue
-        many = entry.is_dir() and entry.name in ("kernels", "sources", "preprocessed")
+        many = entry.is_dir() and entry.name in ("kernels", "sources", "preprocessed",
+                                                        "pch")
         for path in (entry.iterdir() if many else [entry]):
             if path.name.endswith(_SEAL_SUFFIX) or _BUILDING.match(path.name):
                 continue  # builds in progress are not artefacts yet
@@ -252,21 +260,85 @@ def pin(path: Path) -> None:
 
 
 def evict(limit: int | None = None, keep: Path | None = None) -> int:
-    """Removes least recently used artefacts (never `keep`, nor pinned ones) until the
-    cache holds at most 90% of `limit` (default `max_size()`) bytes; returns the bytes
-    freed."""
+    """Once the cache holds more than 90% of `limit` (default `max_size()`) bytes, removes
+    least recently used artefacts (never `keep`, nor pinned ones) until it holds at most
+    80%; returns the bytes freed. The cache is walked only when its running total says
+    it may be over (the 10% between is what spares the walk on most builds)."""
     limit = max_size() if limit is None else limit
+    if _usage_below(limit * 0.9):
+        return 0
     items = sorted(_artefacts(cache_dir()))
     total = sum(size for _, size, _ in items)
+    if total <= limit * 0.9:
+        _record_usage(total)
+        return 0
     freed = 0
     for _, size, path in items:
-        if total - freed <= limit * 0.9:
+        if total - freed <= limit * 0.8:
             break
         if path in _pinned or path == keep:
             continue
         discard(path)
         freed += size
+    _record_usage(total - freed)
     return freed
+
+
+# --- the running total -------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def _usage_file():
+    """The running total's file, opened and locked against other processes (None where
+    files cannot be locked: the cache is then counted every time)."""
+    try:
+        import fcntl
+    except ImportError:
+        yield None
+        return
+    fd = os.open(cache_dir() / _USAGE_NAME, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield fd
+    finally:
+        os.close(fd)  # releases the lock
+
+
+def _read_usage(fd: int) -> tuple[int, float] | None:
+    """(bytes, when they were counted), or None when there is no valid count."""
+    fields = os.pread(fd, 64, 0).split()
+    try:
+        return int(fields[0]), float(fields[1])
+    except (IndexError, ValueError):
+        return None
+
+
+def _write_usage(fd: int, total: int, counted: float) -> None:
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"{total} {counted}\n".encode(), 0)
+
+
+def _usage_below(bound: float) -> bool:
+    """Whether the running total, counted recently, is under `bound` bytes."""
+    with _usage_file() as fd:
+        usage = None if fd is None else _read_usage(fd)
+    return (usage is not None and usage[0] <= bound
+            and 0 <= time.time() - usage[1] < RECOUNT_SECONDS)
+
+
+def _record_usage(total: int) -> None:
+    with _usage_file() as fd:
+        if fd is not None:
+            _write_usage(fd, total, time.time())
+
+
+def _count_published(size: int) -> None:
+    """Adds a published artefact's bytes to the running total (a process that publishes
+    one artefact twice counts it twice: the total errs high, toward counting again)."""
+    with _usage_file() as fd:
+        usage = None if fd is None else _read_usage(fd)
+        if usage is not None:
+            _write_usage(fd, usage[0] + size, usage[1])
 
 
 def cache_info() -> dict[str, object]:

@@ -17,7 +17,7 @@ from pathlib import Path
 from .cachedir import cache_dir, work_dir
 from .errors import EmulatorUnavailable
 
-__all__ = ["clang", "run_clang"]
+__all__ = ["clang", "run_clang", "toolchain_identity"]
 
 
 @cache
@@ -33,6 +33,15 @@ def clang() -> tuple[str, ...]:
         raise EmulatorUnavailable(f"the ziglang package has no zig binary at {zig}; "
                                   "reinstall it: pip install --force-reinstall ziglang")
     return (str(zig), "c++")
+
+
+@cache
+def toolchain_identity() -> str:
+    """What tells this clang from another (the zig binary's place, size and date): a
+    precompiled header is only readable by the clang that wrote it."""
+    zig = Path(clang()[0])
+    st = zig.stat()
+    return f"{zig}:{st.st_size}:{st.st_mtime_ns}"
 
 
 def run_clang(args: list[str], what: str, *, stdin: str | None = None

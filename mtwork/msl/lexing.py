@@ -8,6 +8,9 @@ text and brackets inside comments or strings never count.
 
 from __future__ import annotations
 
+import re
+from functools import lru_cache
+
 __all__ = [
     "code_mask",
     "code_without_directives",
@@ -19,36 +22,23 @@ __all__ = [
 ]
 
 
+# A comment (to the line's end, or to */), or a string or character literal (to its
+# closing quote, an unescaped line break or the end; a backslash escapes any character,
+# a line break too) whose contents are blanked, quotes kept.
+_HIDDEN = re.compile(r"""//[^\n]*|/\*[\s\S]*?(?:\*/|\Z)|(["'])((?:\\[\s\S]?|(?!\1)[^\\\n])*)\1?""")
+_NOT_NEWLINE = re.compile(r"[^\n]")
+
+
+@lru_cache(maxsize=16)  # the rewrites one after another mask the same text, mostly
 def code_mask(text: str) -> str:
     """`text` with comments, string and character literals blanked (newlines kept)."""
-    out = list(text)
-    i, n = 0, len(text)
-
-    def blank(a: int, b: int) -> None:
-        for k in range(a, b):
-            if out[k] != "\n":
-                out[k] = " "
-
-    while i < n:
-        c = text[i]
-        if text.startswith("//", i):
-            j = text.find("\n", i)
-            j = n if j < 0 else j
-            blank(i, j)
-            i = j
-        elif text.startswith("/*", i):
-            j = text.find("*/", i + 2)
-            j = n if j < 0 else j + 2
-            blank(i, j)
-            i = j
-        elif c in "\"'":
-            j = i + 1
-            while j < n and text[j] != c and text[j] != "\n":
-                j += 2 if text[j] == "\\" else 1
-            blank(i + 1, min(j, n))
-            i = j + 1
-        else:
-            i += 1
+    out = []
+    last = 0
+    for m in _HIDDEN.finditer(text):
+        start, end = m.span(2) if m.group(1) else m.span()
+        out += (text[last:start], _NOT_NEWLINE.sub(" ", text[start:end]))
+        last = end
+    out.append(text[last:])
     return "".join(out)
 
 

@@ -5,11 +5,14 @@ went into it, so a change anywhere rebuilds exactly what depends on it:
 
 - the runtime library (fibers, scheduler, worker pool), once per runtime source;
 - a rewritten copy of MLX's Metal kernel headers, once per MLX version and rewrite;
-- one shared library per kernel source, compile options and shim version.
+- one shared library per kernel source, compile options and shim version;
+- precompiled headers of the shim and the MLX headers kernels start with
+  (`precompiled.py`), once per header list and compile flags.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import platform
@@ -25,7 +28,9 @@ from ...cachedir import cache_dir
 from ...errors import CompileError, EmulatorUnavailable
 from ...msl.includes import mlx_include_dir
 from ...toolchain import run_clang
+from . import precompiled
 from .instrument import author_place, instrument
+from .linking import run_link
 from .sources import for_emulator, rewriters_digest
 from .translation import Translation, author_message
 
@@ -90,7 +95,9 @@ KERNEL_FLAGS = ("-fsanitize=safe-stack", "-mllvm", "-safestack-use-pointer-addre
 # process running it, the caller's own in-process.
 KERNEL_LINK_FLAGS = ("-Wl,--wrap=exit,--wrap=_exit,--wrap=_Exit,--wrap=quick_exit",)
 
-_build_lock = threading.Lock()
+# One per artefact: the runtime builds in a thread of its own beside the headers.
+_runtime_lock = threading.Lock()
+_headers_lock = threading.Lock()
 
 
 def digest(*parts: bytes | str) -> str:
@@ -127,10 +134,11 @@ def reusable(target: Path) -> bool:
     return False
 
 
-# A first kernel call on a cold cache waits about this long on 2 cores (measured: the
-# runtime 5 s, MLX's headers and the kernel itself the rest); said before the runtime's
+# A first kernel call on a cold cache waits about this long on 2 cores (measured with
+# bench/compile_small_kernel.py: the runtime's build, about 1 CPU second, runs beside
+# MLX's headers being rewritten and the first kernel's compile); said before the runtime's
 # build starts, so that wait is not a silent one.
-RUNTIME_BUILD_SECONDS = 10
+RUNTIME_BUILD_SECONDS = 2
 
 
 @cache
@@ -139,7 +147,7 @@ def runtime_library() -> Path:
     sources = sorted(RUNTIME_DIR.glob("*.cpp"))
     target = cache_dir() / f"libmtwrt-{shim_version()}.so"
     cachedir.pin(target)
-    with _build_lock:
+    with _runtime_lock:
         if reusable(target):
             return target
         print(f"mtwork: building the emulator runtime, once: about {RUNTIME_BUILD_SECONDS} s",
@@ -147,11 +155,11 @@ def runtime_library() -> Path:
         work = cachedir.work_dir(cache_dir())
         try:
             tmp = work / target.name
-            # The kernels' target: zig builds its compiler_rt once per target, so a
-            # runtime for another one costs a first kernel a second build (~8 s).
+            # The kernels' target and flags: a kernel's code is inlined into no runtime
+            # function, but both must agree on the vector ABI of what they pass.
             args = [*COMMON_FLAGS, *TARGET_FLAGS, "-shared", "-pthread",
                     "-isystem", str(SHIM_DIR), *map(str, sources), "-o", str(tmp)]
-            result = run_clang(args, "the emulator runtime")
+            result = run_link(args, tmp, "the emulator runtime")
             if result.returncode != 0:
                 raise EmulatorUnavailable(
                     f"building the emulator runtime failed:\n{result.stderr}")
@@ -175,7 +183,7 @@ def prelude_dir() -> Path:
     kernels = source / "mlx" / "backend" / "metal" / "kernels"
     target = cache_dir() / f"mlx-headers-{_tree_digest(kernels, '*.h')}-{rewriters_digest()}"
     cachedir.pin(target)  # every compile of this process includes from it
-    with _build_lock:
+    with _headers_lock:
         if reusable(target):
             return target
         tmp = cachedir.work_dir(cache_dir())
@@ -252,14 +260,8 @@ def compile_kernel(tu: Translation, math_mode: str, kernel_label: str,
     profiler's, in a folder with the `instrument.Table` of its blocks (``table.json``);
     `lockstep` traces the plain build's loads and stores (both variants trace them).
     """
-    flags = [*COMMON_FLAGS, *TARGET_FLAGS, *MATH_MODE_FLAGS[math_mode], *KERNEL_DEFINES,
-             *KERNEL_FLAGS]
-    if sanitize:
-        flags += SANITIZE_FLAGS
-    elif profile:
-        flags += PROFILE_FLAGS
-    else:
-        flags += [*NO_DEBUG_INFO, *(LOCKSTEP_FLAGS if lockstep else ())]
+    flags = kernel_flags(math_mode, sanitize=sanitize, profile=profile, lockstep=lockstep)
+    runtime = _runtime_beside()
     user_includes = [arg for d in include_dirs for arg in ("-I", str(d))]
     # The prelude's folder is named after MLX's headers and the rewrites applied to them: a
     # change to either rebuilds (and debug info names the folder the kernel was built with).
@@ -274,33 +276,80 @@ def compile_kernel(tu: Translation, math_mode: str, kernel_label: str,
     try:
         cpp = work / "kernel.cpp"
         cpp.write_text(tu.text)
-        includes = ["-isystem", str(SHIM_DIR), *METAL_PREDECLARED, "-I", str(prelude_dir()),
-                    *user_includes]
+        includes = [*kernel_includes(), *user_includes]
+        pch = precompiled_prelude(tu, flags)
         if profile:
-            built = _compile_profiled(tu, flags, includes, cpp, kernel_label)
+            built = _compile_profiled(tu, flags, includes, cpp, kernel_label, pch)
         else:
             built = work / "kernel.so"
-            result = run_clang([*flags, "-shared", *KERNEL_LINK_FLAGS, *includes, str(cpp),
-                                "-o", str(built)], kernel_label)
-            if result.returncode != 0:
-                raise CompileError(kernel_label, author_message(result.stderr, tu, str(cpp)))
+            _compile_library(tu, [*flags, "-shared", *KERNEL_LINK_FLAGS], includes, cpp,
+                             built, kernel_label, pch)
         cachedir.publish(built, target)
     finally:
         shutil.rmtree(work, ignore_errors=True)
+        if runtime is not None:
+            runtime.join()  # the caller loads the kernel next, or a worker process does
     cachedir.evict(keep=target)
     return library
 
 
+def _runtime_beside() -> threading.Thread | None:
+    """Starts building the runtime library in a thread, if this process has not got it
+    yet: on a cold cache it then builds (in clang's processes) while this thread rewrites
+    MLX's headers and compiles the kernel, on the second core."""
+    if runtime_library.cache_info().currsize:
+        return None
+
+    def build() -> None:
+        with contextlib.suppress(Exception):  # runtime_library() raises it again for the load
+            runtime_library()
+
+    thread = threading.Thread(target=build, name="mtwork-runtime-build", daemon=True)
+    thread.start()
+    return thread
+
+
+def kernel_flags(math_mode: str, *, sanitize: bool = False, profile: bool = False,
+                 lockstep: bool = False) -> list[str]:
+    """clang's flags for a kernel in `math_mode`: plain, sanitized or profiled (a plain
+    build in `lockstep` traces its accesses)."""
+    variant = (SANITIZE_FLAGS if sanitize else PROFILE_FLAGS if profile
+               else (*NO_DEBUG_INFO, *(LOCKSTEP_FLAGS if lockstep else ())))
+    return [*COMMON_FLAGS, *TARGET_FLAGS, *MATH_MODE_FLAGS[math_mode], *KERNEL_DEFINES,
+            *KERNEL_FLAGS, *variant]
+
+
+def kernel_includes() -> list[str]:
+    """Where a kernel's includes are found: the shim, then MLX's rewritten headers."""
+    return ["-isystem", str(SHIM_DIR), *METAL_PREDECLARED, "-I", str(prelude_dir())]
+
+
+def precompiled_prelude(tu: Translation, flags: Sequence[str]) -> Path | None:
+    """The precompiled header `tu` can start from when compiled with `flags`."""
+    headers = precompiled.leading_headers(tu, SHIM_DIR, prelude_dir())
+    return precompiled.precompiled_header(headers, flags, kernel_includes(), shim_version())
+
+
+def _compile_library(tu: Translation, flags: list[str], includes: list[str], cpp: Path,
+                     built: Path, kernel_label: str, pch: Path | None) -> None:
+    """Compiles and links `cpp` into `built`, from the precompiled header when there is
+    one (and without it when that header turns out unusable)."""
+    result = precompiled.run_from(pch, [*flags, *includes, str(cpp), "-o", str(built)],
+                                  lambda args: run_link(args, built, kernel_label))
+    if result.returncode != 0:
+        raise CompileError(kernel_label, author_message(result.stderr, tu, str(cpp)))
+
+
 def _compile_profiled(tu: Translation, flags: list[str], includes: list[str], cpp: Path,
-                      kernel_label: str) -> Path:
+                      kernel_label: str, pch: Path | None) -> Path:
     """The profiled variant, in two steps: clang writes the optimised IR, instrument.py
     counts its blocks and adds the counting calls, and clang compiles that IR (without
     optimising it again). Returns the folder holding kernel.so and table.json."""
     folder = cpp.parent / "profiled"
     folder.mkdir()
     ir = cpp.with_suffix(".ll")
-    result = run_clang([*flags, "-S", "-emit-llvm", *includes, str(cpp), "-o", str(ir)],
-                       kernel_label)
+    result = precompiled.run_from(pch, [*flags, "-S", "-emit-llvm", *includes, str(cpp),
+                                        "-o", str(ir)], lambda args: run_clang(args, kernel_label))
     if result.returncode != 0:
         raise CompileError(kernel_label, author_message(result.stderr, tu, str(cpp)))
     text, table = instrument(ir.read_text(), shim_dir=str(SHIM_DIR),
@@ -309,9 +358,10 @@ def _compile_profiled(tu: Translation, flags: list[str], includes: list[str], cp
     counted.write_text(text)
     # The coverage callbacks are in the IR already; defines and language flags do nothing.
     codegen = [f for f in flags if not f.startswith(("-fsanitize-coverage", "-D", "-std"))]
-    result = run_clang([*codegen, "-Xclang", "-disable-llvm-passes", "-shared",
-                        *KERNEL_LINK_FLAGS, str(counted), "-o", str(folder / "kernel.so")],
-                       kernel_label)
+    library = folder / "kernel.so"
+    result = run_link([*codegen, "-Xclang", "-disable-llvm-passes", "-shared",
+                       *KERNEL_LINK_FLAGS, str(counted), "-o", str(library)], library,
+                      kernel_label)
     if result.returncode != 0:
         raise CompileError(kernel_label, f"the profiled build failed:\n{result.stderr}")
     (folder / "table.json").write_text(json.dumps(table.to_json()))

@@ -18,7 +18,9 @@ they replace), so compiler messages point at the author's own line numbers.
 
 from __future__ import annotations
 
+import bisect
 import re
+from collections.abc import Callable
 
 from ...msl.lexing import code_mask, matching, matching_back, same_lines, split_top_level
 
@@ -82,17 +84,37 @@ _NOT_FUNCTIONS = frozenset({"if", "for", "while", "switch", "catch", "return", "
                             "decltype", "alignof", "static_assert", "noexcept"})
 
 
-def _enclosing_scope(mask: str, pos: int) -> int:
-    """Position of the innermost `{` still open at `pos` (-1 at file scope)."""
-    depth = 0
-    for i in range(pos - 1, -1, -1):
-        if mask[i] == "}":
-            depth += 1
-        elif mask[i] == "{":
-            if depth == 0:
-                return i
-            depth -= 1
-    return -1
+_BRACE = re.compile(r"[{}]")
+
+
+def _word_before(mask: str, pos: int) -> str:
+    """The word that ends just before `pos`, spaces between allowed ("" if none)."""
+    end = pos
+    while end > 0 and mask[end - 1].isspace():
+        end -= 1
+    start = end
+    while start > 0 and (mask[start - 1].isalnum() or mask[start - 1] == "_"):
+        start -= 1
+    return mask[start:end]
+
+
+def _scopes(mask: str) -> Callable[[int], int]:
+    """A function giving, for a position, where the innermost `{` still open there is
+    (-1 at file scope); one pass over the braces for every question."""
+    at, inner, open_braces = [], [], []
+    for m in _BRACE.finditer(mask):
+        if m.group() == "{":
+            open_braces.append(m.start())
+        elif open_braces:
+            open_braces.pop()
+        at.append(m.start())
+        inner.append(open_braces[-1] if open_braces else -1)
+
+    def enclosing(pos: int) -> int:
+        k = bisect.bisect_left(at, pos) - 1
+        return inner[k] if k >= 0 else -1
+
+    return enclosing
 
 
 # Definitions grouped by (scope, signature without address spaces): for each, the number
@@ -103,20 +125,20 @@ Variants = dict[tuple[int, str], list[tuple[int, int, int]]]
 def _collapse_address_space_overloads(text: str) -> str:
     """Keeps one of each group of functions that differ only in address spaces."""
     mask = code_mask(text)
+    enclosing_scope = _scopes(mask)
     groups: Variants = {}
     last_end = 0
     for m in _DEFINITION.finditer(mask):
         if m.start() < last_end:
             continue  # inside the previous definition (its initializers or body)
         open_paren = matching_back(mask, m.start(), "(", ")")
-        word = re.search(r"(\w+)\s*$", mask[:open_paren])
-        if word and word.group(1) in _NOT_FUNCTIONS:
+        if _word_before(mask, open_paren) in _NOT_FUNCTIONS:
             continue
         start = _declaration_start(mask, open_paren)
         signature = mask[start : m.end()]
         spaces = [w for w in _ADDRESS_SPACE_WORD.findall(signature) if w != "thread"]
         key = re.sub(r"\s+", " ", _ADDRESS_SPACE_WORD.sub(" ", signature)).strip()
-        scope = _enclosing_scope(mask, start)
+        scope = enclosing_scope(start)
         last_end = _definition_end(mask, m.end())
         groups.setdefault((scope, key), []).append((len(spaces), start, last_end))
     return _keep_one_of_each(text, groups)
@@ -143,6 +165,7 @@ def _collapse_address_space_specializations(text: str) -> str:
     """Keeps one of each group of class specializations that differ only in address spaces
     (`pointer_element<device T*>` beside `pointer_element<thread T*>`)."""
     mask = code_mask(text)
+    enclosing_scope = _scopes(mask)
     groups: Variants = {}
     for m in _SPECIALIZATION.finditer(mask):
         close = m.end() - 1
@@ -164,7 +187,7 @@ def _collapse_address_space_specializations(text: str) -> str:
         start = _declaration_start(mask, m.start())
         spaces = [w for w in _ADDRESS_SPACE_WORD.findall(args) if w != "thread"]
         key = re.sub(r"\s+", " ", _ADDRESS_SPACE_WORD.sub(" ", mask[start:open_brace])).strip()
-        groups.setdefault((_enclosing_scope(mask, start), key), []).append(
+        groups.setdefault((enclosing_scope(start), key), []).append(
             (len(spaces), start, end)
         )
     return _keep_one_of_each(text, groups)

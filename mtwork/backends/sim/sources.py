@@ -127,5 +127,6 @@ def translation_unit(program: Program, launcher: Launcher = launcher_source
     if prelude and not prelude.endswith("\n"):
         prelude += "\n"
     entry = launcher(program.function, [_launch_param(p) for p in program.params])
-    text = f'{_METAL_TYPES}{program.defines}{prelude}#include "{main}"\n{entry}'
-    return Translation(text, program.sources, tree.root), tree
+    head = f"{_METAL_TYPES}{program.defines}{prelude}"
+    text = f'{head}#include "{main}"\n{entry}'
+    return Translation(text, program.sources, tree.root, head), tree

@@ -21,12 +21,14 @@ __all__ = ["Translation", "author_message"]
 
 @dataclass(frozen=True)
 class Translation:
-    """One kernel's C++ translation unit, the sources whose lines its messages name, and
-    the folder of their rewritten copy (each copy starts with one ``#line`` line)."""
+    """One kernel's C++ translation unit, the sources whose lines its messages name, the
+    folder of their rewritten copy (each copy starts with one ``#line`` line), and the
+    unit's text before the author's main file (its defines and prelude)."""
 
     text: str
     sources: Sources
     tree: Path | None = None
+    head: str = ""
 
     def lines_of(self, file: str) -> tuple[list[str], list[str]] | None:
         """(the author's lines, the compiled lines) of `file`, when it is the author's."""

@@ -28,16 +28,20 @@ from .... import cachedir
 from ....cachedir import cache_dir
 from ....dispatch import Program
 from ....toolchain import run_clang
-from .. import compiler
+from .. import compiler, precompiled
 from ..launcher import LaunchParam, call_arguments
+from ..linking import run_link
 from ..sources import translation_unit
+from ..translation import Translation
 from .ir import IRError
 from .transform import transform
 
 __all__ = ["Built", "build"]
 
 ENGINE_DIR = Path(__file__).parent
-_FRONT_END = ("-O2", "-Xclang", "-disable-llvm-passes", "-emit-llvm", "-S", "-g0")
+# The front end's flags (its precompiled header is built with them), then its output.
+_FRONT_END_FLAGS = ("-O2", "-Xclang", "-disable-llvm-passes", "-g0")
+_FRONT_END = (*_FRONT_END_FLAGS, "-emit-llvm", "-S")
 _QUIET = ("-Wno-unused-command-line-argument", "-Wno-override-module")
 
 
@@ -103,15 +107,17 @@ def _run(args: list[str], label: str) -> str | None:
     return None if result.returncode == 0 else result.stderr[-2000:]
 
 
-def _compile(work: Path, tu_text: str, math_mode: str, label: str,
+def _compile(work: Path, tu: Translation, math_mode: str, label: str,
              includes: list[str]) -> tuple[Path | None, str | None]:
     flags = _flags(math_mode)
     source, front, inlined, transformed = (work / n for n in (
         "kernel.cpp", "front.ll", "inlined.ll", "engine.ll"))
-    source.write_text(tu_text)
-    error = _run([*flags, *_FRONT_END, "-isystem", str(compiler.SHIM_DIR),
-                  *compiler.METAL_PREDECLARED, "-I",
-                  str(compiler.prelude_dir()), *includes, str(source), "-o", str(front)], label)
+    source.write_text(tu.text)
+    pch = compiler.precompiled_prelude(tu, [*flags, *_FRONT_END_FLAGS])
+    result = precompiled.run_from(pch, [*flags, *_FRONT_END, *compiler.kernel_includes(),
+                                        *includes, str(source), "-o", str(front)],
+                                  lambda args: run_clang(args, label))
+    error = None if result.returncode == 0 else result.stderr[-2000:]
     if error:
         return None, f"clang could not build the engine's translation unit: {error}"
     (work / "marked.ll").write_text(_always_inline(front.read_text()))
@@ -125,8 +131,9 @@ def _compile(work: Path, tu_text: str, math_mode: str, label: str,
         return None, str(exc)
     transformed.write_text(result.text)
     library = work / "kernel.so"
-    error = _run([*flags, *_QUIET, "-O3", "-shared", str(transformed), "-o", str(library)],
-                 label)
+    linked = run_link([*flags, *_QUIET, "-O3", "-shared", str(transformed), "-o", str(library)],
+                      library, label)
+    error = None if linked.returncode == 0 else linked.stderr[-2000:]
     if error:
         return None, f"clang could not compile the engine's IR: {error}"
     return library, None
@@ -151,7 +158,7 @@ def build(program: Program) -> Built:
     folder.mkdir(parents=True, exist_ok=True)
     work = cachedir.work_dir(folder)
     try:
-        library, reason = _compile(work, tu.text, program.math_mode, label, includes)
+        library, reason = _compile(work, tu, program.math_mode, label, includes)
         if library is None:
             note = work / "refused"
             note.write_text(reason or "")

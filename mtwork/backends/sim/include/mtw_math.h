@@ -3,10 +3,12 @@
 //
 // Precision. Each float function is first defined as a `__metal_name(x, mode)` builtin, the
 // layer MLX's bf16_math.h builds its bfloat overloads on; `metal::`, `metal::fast::` and
-// `metal::precise::` call it with their precision mode. float functions use the host's
-// libm (or double precision where libm has no float version), which is within Metal's
-// precise ulp bounds (MSL specification, section 8.4, table 8.1) and so within the fast
-// ones too; half functions compute in float and round once. bfloat has no overloads here,
+// `metal::precise::` call it with their precision mode. The exponentials, logarithms and
+// hyperbolic functions are the shim's own inline code (mtw_elementary.h: vectorizable,
+// the same bits in every engine); the other float functions use the host's libm (or
+// double precision where libm has no float version). All are within Metal's precise ulp
+// bounds (MSL specification, section 8.4, table 8.1) and so within the fast ones too;
+// half functions compute in float and round once. bfloat has no overloads here,
 // like Apple's stdlib: MLX's prelude adds them (computing in float and rounding).
 //
 // Arithmetic rules, chosen where MSL leaves things undefined:
@@ -26,6 +28,7 @@
 //   -fno-strict-float-cast-overflow).
 #pragma once
 
+#include "mtw_elementary.h"
 #include "mtw_vec.h"
 
 #define MTW_ELEMENTWISE1(name)                                                \
@@ -137,25 +140,25 @@ MTW_BUILTIN1(atanh, __builtin_atanhf(x))
 MTW_BUILTIN1(cbrt, __builtin_cbrtf(x))
 MTW_BUILTIN1(ceil, __builtin_ceilf(x))
 MTW_BUILTIN1(cos, __builtin_cosf(x))
-MTW_BUILTIN1(cosh, __builtin_coshf(x))
+MTW_BUILTIN1(cosh, mtw_math::cosh(x))
 MTW_BUILTIN1(cospi, mtw_math::trig_pi<mtw_math::Pi::cos>(x))
-MTW_BUILTIN1(exp, __builtin_expf(x))
-MTW_BUILTIN1(exp2, __builtin_exp2f(x))
-MTW_BUILTIN1(exp10, float(__builtin_pow(10.0, double(x))))
+MTW_BUILTIN1(exp, mtw_math::exp(x))
+MTW_BUILTIN1(exp2, mtw_math::exp2(x))
+MTW_BUILTIN1(exp10, mtw_math::exp10(x))
 MTW_BUILTIN1(fabs, __builtin_fabsf(x))
 MTW_BUILTIN1(floor, __builtin_floorf(x))
-MTW_BUILTIN1(log, __builtin_logf(x))
-MTW_BUILTIN1(log10, __builtin_log10f(x))
-MTW_BUILTIN1(log2, __builtin_log2f(x))
+MTW_BUILTIN1(log, mtw_math::log(x))
+MTW_BUILTIN1(log10, mtw_math::log10(x))
+MTW_BUILTIN1(log2, mtw_math::log2(x))
 MTW_BUILTIN1(rint, __builtin_rintf(x))
 MTW_BUILTIN1(round, __builtin_roundf(x))
 MTW_BUILTIN1(rsqrt, float(1.0 / __builtin_sqrt(double(x))))
 MTW_BUILTIN1(sin, __builtin_sinf(x))
-MTW_BUILTIN1(sinh, __builtin_sinhf(x))
+MTW_BUILTIN1(sinh, mtw_math::sinh(x))
 MTW_BUILTIN1(sinpi, mtw_math::trig_pi<mtw_math::Pi::sin>(x))
 MTW_BUILTIN1(sqrt, __builtin_sqrtf(x))
 MTW_BUILTIN1(tan, __builtin_tanf(x))
-MTW_BUILTIN1(tanh, __builtin_tanhf(x))
+MTW_BUILTIN1(tanh, mtw_math::tanh(x))
 MTW_BUILTIN1(tanpi, mtw_math::trig_pi<mtw_math::Pi::tan>(x))
 MTW_BUILTIN1(trunc, __builtin_truncf(x))
 MTW_BUILTIN1(saturate, mtw_math::fmin(mtw_math::fmax(x, 0.0f), 1.0f))
