@@ -104,6 +104,40 @@ def test_compare_mode_names_the_first_difference(engine) -> None:
                output_shapes=[(256,)], output_dtypes=[mx.float32], isolate=False)
 
 
+# Two SIMD-groups each load an 8x8 tile: one from device memory (nothing written around
+# it, so the fast engine runs it lane by lane), one from threadgroup memory its lanes have
+# just written with no barrier, which only works if the load waits for every lane. The
+# writes go through another name than the load reads, which the source-level lockstep
+# check (lockstep.py) does not pair, so the kernel stays on the fast engine and the pass's
+# own check must keep that load a meeting of the lanes.
+TILE_LOADS = """
+    threadgroup float tile[2][64];
+    threadgroup float* scratch = tile[1];
+    uint lane = thread_index_in_simdgroup, sg = simdgroup_index_in_threadgroup;
+    simdgroup_float8x8 m;
+    if (sg == 0) {
+        simdgroup_load(m, inp);
+    } else {
+        scratch[lane] = inp[lane] + 1.0f;
+        scratch[lane + 32] = inp[lane + 32] + 1.0f;
+        simdgroup_load(m, tile[1]);
+    }
+    simdgroup_store(m, out + 64 * sg);
+"""
+
+
+def test_tile_loads_run_lane_by_lane_only_where_no_lane_writes_around_them(engine) -> None:
+    engine("compare")
+    x = RNG.standard_normal(64).astype(np.float32)
+    kernel = mtwork.metal_kernel("engine_tile_loads", ["inp"], ["out"], TILE_LOADS)
+    (out,) = kernel(inputs=[mx.array(x)], grid=(64, 1, 1), threadgroup=(64, 1, 1),
+                    output_shapes=[(128,)], output_dtypes=[mx.float32], isolate=False)
+    assert kernel.last_engine.name == "fast"
+    out = np.array(out)
+    np.testing.assert_array_equal(out[:64], x)
+    np.testing.assert_array_equal(out[64:], x + np.float32(1))
+
+
 EARLY_RETURN = """
     threadgroup float tile[256];
     uint t = thread_position_in_threadgroup.x, i = thread_position_in_grid.x;

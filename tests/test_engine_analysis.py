@@ -10,6 +10,7 @@ import pytest
 from mtwork.backends.sim.engine.cfg import Liveness
 from mtwork.backends.sim.engine.ir import IRError, parse_module
 from mtwork.backends.sim.engine.regions import Regions, canonical, form_regions
+from mtwork.backends.sim.engine.separable import LANE_COLLECTIVE, run_lane_by_lane
 from mtwork.backends.sim.engine.slots import Kind, Plan, plan
 from mtwork.backends.sim.engine.transform import _may_diverge, transform
 from mtwork.backends.sim.engine.uniformity import Uniformity, analyse, invariant_loads
@@ -223,3 +224,39 @@ d:
     assert block.successors() == ["%d", "%a", "%b"]
     again = parse_module(module.text()).functions["@mtw_engine_thread"].blocks[0]
     assert again.successors() == ["%d", "%a", "%b"]
+
+
+# A simdgroup_load of `%tile` into `%m`, as the shim's inlined call reads: the lane's
+# argument record and matrix are its own allocas. `{before}` runs first.
+TILE_LOAD = """
+  %arg = alloca {{ ptr, i64 }}, align 8
+  %m = alloca <2 x float>, align 8
+  %tile = load ptr, ptr %1
+  {before}
+  store ptr %tile, ptr %arg
+  call void @mtw_simd_collective(ptr %arg, ptr %m, ptr @_ZN12mtw_sgmatrix4loadIfEEvPKPKvPKPvj)
+  %v = load <2 x float>, ptr %m
+  ret void
+"""
+
+
+def lane_by_lane(before: str) -> list[str]:
+    """The calls left in the kernel after the pass, by callee."""
+    module = parse_module(f"{HEADER}\n{TILE_LOAD.format(before=before)}\n{FOOTER}")
+    function = canonical(module.functions["@mtw_engine_thread"])
+    run_lane_by_lane(function)
+    return [i.callee for b in function.blocks for i in b.instructions if i.callee]
+
+
+def test_a_tile_load_with_nothing_written_around_it_runs_lane_by_lane() -> None:
+    assert lane_by_lane("") == [LANE_COLLECTIVE]
+
+
+def test_a_tile_load_after_a_store_to_shared_memory_stays_a_sync_point() -> None:
+    calls = lane_by_lane("store float 1.0, ptr %tile")
+    assert calls == ["@mtw_simd_collective"]
+
+
+def test_a_barrier_between_the_store_and_the_tile_load_lets_it_run_lane_by_lane() -> None:
+    calls = lane_by_lane("store float 1.0, ptr %tile\n  call void @mtw_threadgroup_barrier(i32 2)")
+    assert calls == ["@mtw_threadgroup_barrier", LANE_COLLECTIVE]

@@ -17,7 +17,8 @@ __all__ = ["private_allocas"]
 
 _DERIVING = frozenset({"getelementptr", "bitcast", "addrspacecast", "select", "phi"})
 _HARMLESS_CALLS = ("@llvm.lifetime.", "@llvm.memcpy.", "@llvm.memmove.", "@llvm.memset.",
-                   "@llvm.assume", "@llvm.experimental.noalias.scope.decl")
+                   "@llvm.assume", "@llvm.experimental.noalias.scope.decl",
+                   "@mtw_engine_lane_collective")
 
 
 def _derived(regions: Regions, allocas: list[str]) -> dict[str, set[str]]:

@@ -103,6 +103,12 @@ class _Classifier:
     def kind(self, value: str) -> Kind:
         return self.kinds[value]
 
+    def values_used(self, inst: Instruction) -> list[str]:
+        """The values `inst` uses, without repeats: its local names other than named
+        types (`%"struct.x"` in a getelementptr reads like a value)."""
+        return [v for v in dict.fromkeys(inst.operands())
+                if v in self.definitions or v in THREAD_PARAMS]
+
     def _classify(self, inst: Instruction) -> Kind:
         if inst.opcode == "alloca":
             return Kind.PRIVATE_ALLOCA if inst.result in self.private else Kind.CONTEXT_ALLOCA
@@ -116,7 +122,7 @@ class _Classifier:
         if inst.opcode not in _RECOMPUTABLE and inst.result not in self.invariant_loads:
             return False
         size = 1
-        for operand in dict.fromkeys(inst.operands()):
+        for operand in self.values_used(inst):
             if self.kinds.get(operand, Kind.THREAD) is Kind.THREAD:
                 return False
             size += self.sizes.get(operand, 0)
@@ -141,7 +147,7 @@ class _Classifier:
             elif kind in (Kind.CONTEXT_ALLOCA, Kind.PRIVATE_ALLOCA):
                 allocas.add(value)
             elif kind is Kind.RECOMPUTED:
-                for operand in self.definitions[value].operands():
+                for operand in self.values_used(self.definitions[value]):
                     visit(operand)
                 recomputed.append(value)
 

@@ -17,6 +17,7 @@ from .cfg import Liveness
 from .emit import Layout, region_function
 from .ir import Function, Instruction, IRError, Module, parse_module
 from .regions import BARRIER, COLLECTIVE, Regions, canonical, form_regions
+from .separable import run_lane_by_lane
 from .slots import plan
 from .types import named_types
 from .uniformity import analyse, invariant_loads
@@ -83,9 +84,11 @@ def _rewrite_runtime_calls(function: Function) -> int:
     return sites
 
 
-def _driver(regions: Regions, sites: int, attributes: str) -> str:
+def _driver(regions: Regions, sites: int, attributes: str, apart: str) -> str:
     """The entry the runtime calls for each threadgroup, the dispatcher over the region
-    functions and the table of what completes each sync point."""
+    functions and the table of what completes each sync point. With SIMD-group functions,
+    each region's loop over a SIMD-group's lanes is a function of its own (attribute group
+    `apart`: never inlined), which gets the registers to itself."""
     simd = any(not s.is_barrier for s in regions.syncs)
     count = len(regions.regions)
     if simd:
@@ -95,6 +98,13 @@ def _driver(regions: Regions, sites: int, attributes: str) -> str:
         loop = ("@mtw_engine_run(ptr %g, ptr %buffers, ptr %ctx, ptr %uin, ptr %uout, "
                 "ptr @mtw.region.{k})")
     cases = "\n".join(f"    i32 {k}, label %r.{k}" for k in range(count))
+    header = ("ptr %g, ptr %buffers, ptr %ctx, ptr %uin, ptr %uout, i32 %first, i32 %count")
+    lanes = ""
+    if simd:
+        lanes = "\n".join(
+            f"define internal i32 @mtw.lanes.{k}({header}) {apart} {{\n"
+            f"  %n = call i32 {loop.format(k=k)}\n  ret i32 %n\n}}\n" for k in range(count))
+        loop = "@mtw.lanes.{k}(" + header + ")"
     runs = "\n".join(f"r.{k}:\n  %n.{k} = call i32 {loop.format(k=k)}\n  ret i32 %n.{k}"
                      for k in range(count))
     combines = ", ".join(f"ptr {s.combine or 'null'}" for s in regions.syncs)
@@ -104,8 +114,8 @@ def _driver(regions: Regions, sites: int, attributes: str) -> str:
     arguments = "ptr %g, ptr %buffers, ptr %ctx, ptr %uin, ptr %uout, i64 %uni, ptr @mtw.regions"
     if simd:
         arguments += ", ptr @mtw.combines"
-    header = ("ptr %g, ptr %buffers, ptr %ctx, ptr %uin, ptr %uout, i32 %first, i32 %count")
-    return f"""@mtw.combines = internal constant {table}
+    return f"""{lanes}
+@mtw.combines = internal constant {table}
 
 define internal i32 @mtw.regions(i32 %r, {header}) {attributes} {{
 entry:
@@ -160,6 +170,17 @@ def _attributes(header: str) -> str:
     return m.group(1)
 
 
+def _kept_apart(module_text: str, attributes: str) -> tuple[str, str]:
+    """An attribute group like `attributes` (the same target) for functions that are not
+    to be inlined, and its definition."""
+    m = re.search(rf"^attributes {attributes} = \{{ (.*)\}}$", module_text, re.M)
+    if not m:
+        raise IRError(f"the module does not define the attribute group {attributes}")
+    body = re.sub(r"\b(?:alwaysinline|inlinehint|noinline)\b ?", "", m.group(1))
+    number = 1 + max(int(n) for n in re.findall(r"^attributes #(\d+)", module_text, re.M))
+    return f"#{number}", f"attributes #{number} = {{ noinline {body}}}"
+
+
 def _may_diverge(regions: Regions, divergent_blocks: set[str]) -> bool:
     """Whether some threads may leave a region another way than others: a region with two
     ways out (barriers, or a barrier and the return) leaves by one of them from a block
@@ -201,6 +222,7 @@ def transform(module_text: str) -> Transformed:
     if set(module.type_names()) & function.values():
         raise IRError("a value is named like a type")
     sites = _rewrite_runtime_calls(function)
+    run_lane_by_lane(function)
     regions = form_regions(function)
     regions.named_types = named_types(module_text)
     liveness = Liveness.of(regions.function, regions.graph)
@@ -219,7 +241,11 @@ def transform(module_text: str) -> Transformed:
         else:
             pieces.append(piece if pieces else piece + "\n" + layout.type_definitions())
     pieces += texts
-    pieces.append(_driver(regions, sites, attributes))
+    apart = ""
+    if any(not s.is_barrier for s in regions.syncs):
+        apart, apart_definition = _kept_apart(module_text, attributes)
+        pieces.append(apart_definition)
+    pieces.append(_driver(regions, sites, attributes, apart))
     may_diverge = _may_diverge(regions, uniformity.divergent_blocks)
     pieces.append(f"@mtw_engine_may_diverge = constant i32 {int(may_diverge)}")
     text = Module(pieces).text()

@@ -160,6 +160,19 @@ MTW_ENGINE_HELPER void mtw_engine_drive_simd(mtw_group* g, void* const* buffers,
   }
 }
 
+// A SIMD-group function run by one lane, thread `i` (engine/separable.py: a simdgroup_load
+// where no lane writes what another could read between the sync points around it). The
+// combine function sees that lane alone.
+MTW_ENGINE_HELPER void mtw_engine_lane_collective(const void* in, void* out,
+                                                  mtw_combine_fn combine, uint32_t i) {
+  const uint32_t lane = i % MTW_SIMD_WIDTH;
+  const void* ins[MTW_SIMD_WIDTH];
+  void* outs[MTW_SIMD_WIDTH];
+  ins[lane] = in;
+  outs[lane] = out;
+  combine(ins, outs, 1u << lane);
+}
+
 MTW_ENGINE_HELPER void mtw_engine_end(mtw_group* g) {
   g->next_thread = g->done = g->nthreads;
 }

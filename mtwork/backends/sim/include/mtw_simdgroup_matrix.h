@@ -57,9 +57,6 @@ struct StoreArg {
 struct ProductArg {
   float a[2], b[2], c[2];
 };
-struct Pair {
-  float v[2];
-};
 
 template <typename T>
 MTW_INLINE void widen(float (&out)[2], const metal::vec<T, 2>& elements) {
@@ -67,61 +64,141 @@ MTW_INLINE void widen(float (&out)[2], const metal::vec<T, 2>& elements) {
   out[1] = float(elements[1]);
 }
 
+// Loads and stores for the lanes of `mask`, all of them when `full` (every lane's row and
+// column then known when compiling). Every lane reads before any lane writes. Sanitized
+// and profiled builds report each memory access by the instruction that made it: there the
+// loop over the lanes stays a loop, one instruction for the SIMD-group's access.
+#if defined(MTW_SANITIZE) || defined(MTW_PROFILE)
+#define MTW_OVER_LANES _Pragma("clang loop unroll(disable)")
+#else
+#define MTW_OVER_LANES _Pragma("clang loop unroll(full)")
+#endif
+template <typename T, bool full>
+MTW_INLINE void load_lanes(const void* const* ins, void* const* outs, uint32_t mask) {
+  T got[mtw_simd::kWidth][2];
+MTW_OVER_LANES
+  for (int l = 0; l < mtw_simd::kWidth; ++l) {
+    if (!full && !mtw_simd::active(mask, l)) continue;
+    const LoadArg<T>& in = *static_cast<const LoadArg<T>*>(ins[l]);
+    for (int j = 0; j < 2; ++j) got[l][j] = in.src[in.place.offset(row_of(l), col_of(l) + j)];
+  }
+MTW_OVER_LANES
+  for (int l = 0; l < mtw_simd::kWidth; ++l)
+    if (full || mtw_simd::active(mask, l))
+      *static_cast<metal::vec<T, 2>*>(outs[l]) = metal::vec<T, 2>(got[l][0], got[l][1]);
+}
+
+// One lane's part: its two elements.
+template <typename T>
+MTW_INLINE void load_lane(const void* in, void* out, int lane) {
+  const LoadArg<T>& arg = *static_cast<const LoadArg<T>*>(in);
+  const int row = row_of(lane), col = col_of(lane);
+  *static_cast<metal::vec<T, 2>*>(out) = metal::vec<T, 2>(
+      arg.src[arg.place.offset(row, col)], arg.src[arg.place.offset(row, col + 1)]);
+}
+
+// The fast engine runs a load lane by lane where that reads the same values
+// (engine/separable.py names this function); it then sees one lane at a time.
 template <typename T>
 void load(const void* const* ins, void* const* outs, uint32_t mask) {
   mtw_profile::GroupAccess access(ins, mask);  // one SIMD-group access
+  if (mask == 0xFFFFFFFFu) load_lanes<T, true>(ins, outs, mask);
+  else if (mask && !(mask & (mask - 1)))
+    load_lane<T>(ins[__builtin_ctz(mask)], outs[__builtin_ctz(mask)], __builtin_ctz(mask));
+  else load_lanes<T, false>(ins, outs, mask);
+}
+
+template <typename T, bool full>
+MTW_INLINE void store_lanes(const void* const* ins, uint32_t mask) {
+MTW_OVER_LANES
   for (int l = 0; l < mtw_simd::kWidth; ++l) {
-    if (!mtw_simd::active(mask, l)) continue;
-    const LoadArg<T>& in = *static_cast<const LoadArg<T>*>(ins[l]);
-    metal::vec<T, 2>& out = *static_cast<metal::vec<T, 2>*>(outs[l]);
-    for (int j = 0; j < 2; ++j) out[j] = in.src[in.place.offset(row_of(l), col_of(l) + j)];
+    if (!full && !mtw_simd::active(mask, l)) continue;
+    const StoreArg<T>& in = *static_cast<const StoreArg<T>*>(ins[l]);
+    for (int j = 0; j < 2; ++j) in.dst[in.place.offset(row_of(l), col_of(l) + j)] = in.values[j];
   }
 }
 
 template <typename T>
 void store(const void* const* ins, void* const*, uint32_t mask) {
   mtw_profile::GroupAccess access(ins, mask);  // one SIMD-group access
+  if (mask == 0xFFFFFFFFu) store_lanes<T, true>(ins, mask);
+  else store_lanes<T, false>(ins, mask);
+}
+
+// The lane holding element (row, col) of a matrix, col even: row_of and col_of inverted.
+MTW_INLINE constexpr int lane_at(int row, int col) {
+  return (row & 4) << 2 | (col & 4) << 1 | (row & 3) << 1 | (col & 2) >> 1;
+}
+constexpr bool lane_at_inverts_the_layout() {
+  for (int l = 0; l < 32; ++l)
+    if (lane_at(row_of(l), col_of(l)) != l) return false;
+  return true;
+}
+static_assert(lane_at_inverts_the_layout());
+
+// A lane's two elements, and a row of a tile: the product works on whole rows, eight
+// lanes of a vector register.
+typedef float Pair __attribute__((ext_vector_type(2)));
+typedef float Row __attribute__((ext_vector_type(kSize)));
+
+// Row r of the tile whose elements the lanes hold in `pairs`.
+MTW_INLINE Row row_from(const Pair* pairs, int r) {
+  const Pair p0 = pairs[lane_at(r, 0)], p2 = pairs[lane_at(r, 2)];
+  const Pair p4 = pairs[lane_at(r, 4)], p6 = pairs[lane_at(r, 6)];
+  return __builtin_shufflevector(__builtin_shufflevector(p0, p2, 0, 1, 2, 3),
+                                 __builtin_shufflevector(p4, p6, 0, 1, 2, 3), 0, 1, 2, 3, 4,
+                                 5, 6, 7);
+}
+
+// D = A B (+ C) for the lanes of `mask`, all of them when `full` (every index then known
+// when compiling). A lane that is not there contributes NaN: on the GPU its registers hold
+// garbage.
+template <typename TD, bool accumulate, bool full>
+MTW_INLINE void product(const void* const* ins, void* const* outs, uint32_t mask) {
+  Pair a[mtw_simd::kWidth], b[mtw_simd::kWidth], c[mtw_simd::kWidth];
+#pragma clang loop unroll(full)
   for (int l = 0; l < mtw_simd::kWidth; ++l) {
-    if (!mtw_simd::active(mask, l)) continue;
-    const StoreArg<T>& in = *static_cast<const StoreArg<T>*>(ins[l]);
-    for (int j = 0; j < 2; ++j) in.dst[in.place.offset(row_of(l), col_of(l) + j)] = in.values[j];
+    if (!full && !mtw_simd::active(mask, l)) {
+      a[l] = b[l] = c[l] = Pair(__builtin_nanf(""));
+      continue;
+    }
+    const ProductArg& in = *static_cast<const ProductArg*>(ins[l]);
+    a[l] = Pair{in.a[0], in.a[1]};
+    b[l] = Pair{in.b[0], in.b[1]};
+    if (accumulate) c[l] = Pair{in.c[0], in.c[1]};
+  }
+  Row d[kSize], rows_b[kSize];
+#pragma clang loop unroll(full)
+  for (int k = 0; k < kSize; ++k) rows_b[k] = row_from(b, k);
+#pragma clang loop unroll(full)
+  for (int r = 0; r < kSize; ++r)
+    d[r] = accumulate ? row_from(c, r) : Row(a[lane_at(r, 0)][0]) * rows_b[0];
+#pragma clang loop unroll(full)
+  for (int k = accumulate ? 0 : 1; k < kSize; ++k)
+#pragma clang loop unroll(full)
+    for (int r = 0; r < kSize; ++r)
+      d[r] = __builtin_elementwise_fma(Row(a[lane_at(r, k & 6)][k & 1]), rows_b[k], d[r]);
+#pragma clang loop unroll(full)
+  for (int l = 0; l < mtw_simd::kWidth; ++l) {
+    if (!full && !mtw_simd::active(mask, l)) continue;
+    const int r = row_of(l), col = col_of(l);
+    *static_cast<metal::vec<TD, 2>*>(outs[l]) =
+        metal::vec<TD, 2>(TD(d[r][col]), TD(d[r][col + 1]));
   }
 }
 
-// D = A B (+ C) in float, whatever the element types; the lane rounds its result to D's
-// type once. Apple does not document the rounding inside the operation; the hardware runs
-// it on the FP32 FMA pipelines, so each element here is a chain of fused multiply-adds
-// over k = 0..7 in increasing order, starting from C (or from the product A[r][0] B[0][c]
-// without C, which keeps the sign of a zero product as a plain multiply would).
-template <bool accumulate>
+// D = A B (+ C) in float, whatever the element types; each lane's two elements of D are
+// rounded to D's type once and written to the lane's matrix (`outs`), after every lane's
+// operands were read, so D may alias any operand. Apple does not document the rounding
+// inside the operation; the hardware runs it on the FP32 FMA pipelines, so each element
+// here is a chain of fused multiply-adds over k = 0..7 in increasing order, starting from
+// C (or from the product A[r][0] B[0][c] without C, which keeps the sign of a zero product
+// as a plain multiply would). Computed a row of D at a time, one chain per vector element,
+// the eight rows' chains interleaved.
+template <typename TD, bool accumulate>
 void multiply(const void* const* ins, void* const* outs, uint32_t mask) {
-  // A lane that is not there contributes NaN: on the GPU its registers hold garbage.
-  constexpr float poison = __builtin_nanf("");
-  float a[kSize][kSize], b[kSize][kSize], c[kSize][kSize];
-  for (int r = 0; r < kSize; ++r)
-    for (int k = 0; k < kSize; ++k) a[r][k] = b[r][k] = c[r][k] = poison;
-  for (int l = 0; l < mtw_simd::kWidth; ++l) {
-    if (!mtw_simd::active(mask, l)) continue;
-    const ProductArg& in = *static_cast<const ProductArg*>(ins[l]);
-    int r = row_of(l), col = col_of(l);
-    for (int j = 0; j < 2; ++j) {
-      a[r][col + j] = in.a[j];
-      b[r][col + j] = in.b[j];
-      if (accumulate) c[r][col + j] = in.c[j];
-    }
-  }
-  for (int l = 0; l < mtw_simd::kWidth; ++l) {
-    if (!mtw_simd::active(mask, l)) continue;
-    Pair& out = *static_cast<Pair*>(outs[l]);
-    int r = row_of(l);
-    for (int j = 0; j < 2; ++j) {
-      int col = col_of(l) + j;
-      float acc = accumulate ? c[r][col] : a[r][0] * b[0][col];
-      for (int k = accumulate ? 0 : 1; k < kSize; ++k)
-        acc = __builtin_fmaf(a[r][k], b[k][col], acc);
-      out.v[j] = acc;
-    }
-  }
+  if (mask == 0xFFFFFFFFu) product<TD, accumulate, true>(ins, outs, mask);
+  else product<TD, accumulate, false>(ins, outs, mask);
 }
 
 }  // namespace mtw_sgmatrix
@@ -178,8 +255,7 @@ MTW_INLINE void simdgroup_store(const thread simdgroup_matrix<T, Cols, Rows>& a,
                                 bool transpose_matrix = false) {
   mtw_sgmatrix::StoreArg<T> in{dst, {elements_per_row, matrix_origin, transpose_matrix},
                                a.thread_elements()};
-  mtw_sgmatrix::Pair unused;
-  mtw_simd_collective(&in, &unused, &mtw_sgmatrix::store<T>);
+  mtw_simd_collective(&in, &in, &mtw_sgmatrix::store<T>);  // no result: `out` unused
 }
 
 // d = a b + c. The operands may differ in element type (half inputs, float accumulator);
@@ -193,9 +269,7 @@ MTW_INLINE void simdgroup_multiply_accumulate(thread simdgroup_matrix<TD, Cols, 
   mtw_sgmatrix::widen(in.a, a.thread_elements());
   mtw_sgmatrix::widen(in.b, b.thread_elements());
   mtw_sgmatrix::widen(in.c, c.thread_elements());
-  mtw_sgmatrix::Pair out;
-  mtw_simd_collective(&in, &out, &mtw_sgmatrix::multiply<true>);
-  d.thread_elements() = vec<TD, 2>(TD(out.v[0]), TD(out.v[1]));
+  mtw_simd_collective(&in, &d.thread_elements(), &mtw_sgmatrix::multiply<TD, true>);
 }
 
 // d = a b.
@@ -206,9 +280,7 @@ MTW_INLINE void simdgroup_multiply(thread simdgroup_matrix<TD, Cols, Rows>& d,
   mtw_sgmatrix::ProductArg in;
   mtw_sgmatrix::widen(in.a, a.thread_elements());
   mtw_sgmatrix::widen(in.b, b.thread_elements());
-  mtw_sgmatrix::Pair out;
-  mtw_simd_collective(&in, &out, &mtw_sgmatrix::multiply<false>);
-  d.thread_elements() = vec<TD, 2>(TD(out.v[0]), TD(out.v[1]));
+  mtw_simd_collective(&in, &d.thread_elements(), &mtw_sgmatrix::multiply<TD, false>);
 }
 
 // Operators on SIMD-group matrices of one element type: `+` and `-` per element (each lane
