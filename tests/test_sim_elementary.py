@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 import mtwork
-from mtwork.backends.sim import compiler
+from mtwork.backends.sim import compiler, linking
 from tests.test_sim_numerics import ulp_error
 
 pytestmark = pytest.mark.filterwarnings(
@@ -93,7 +93,9 @@ def test_plain_loop_of_an_elementwise_kernel_vectorizes(body: str, inputs: list[
         remarks.append(result.stderr)
         return result
 
+    # the library is compiled and linked in one step, through linking.run_link
     monkeypatch.setattr(compiler, "run_clang", with_remarks)
+    monkeypatch.setattr(linking, "run_clang", with_remarks)
     name = f"vectorized_{uuid.uuid4().hex[:12]}"
     kernel = mtwork.metal_kernel(name, inputs, ["out"],
                                  f"uint i = thread_position_in_grid.x; {body}", backend="sim")

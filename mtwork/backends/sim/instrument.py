@@ -83,7 +83,8 @@ class BlockWork:
     load_chain: float = 0.0  # of those, on the chain of dependent loads (ilp.py)
 
     def counts(self) -> bool:
-        return bool(self.ops or self.simd or self.barriers)
+        # a block of loads alone counts too (a pointer chase computes nothing in between)
+        return bool(self.ops or self.simd or self.barriers or self.loads)
 
 
 @dataclass(frozen=True)
