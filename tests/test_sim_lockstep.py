@@ -117,6 +117,11 @@ def test_a_lockstep_kernel_stays_off_the_fast_engine_and_says_why(
      " s[l] += 1.0f;", False),
     # different arrays
     ("threadgroup float a[32], b[32]; a[l] = 1; out[l] = b[l];", False),
+    # an element read, then written back in the next statement (a read-modify-write)...
+    ("threadgroup float g[32]; if (l == 0) { for (int t = 0; t < 32; ++t) {"
+     " float p = g[t] * 2; g[t] = p; } }", False),
+    # ...but the same element stored, then read (by any lane)
+    ("threadgroup float g[2]; if (l == 0) g[1] = 2; out[l] = g[1];", True),
     # the way round a loop: the load at the top sees the store at the bottom
     ("threadgroup float s[32]; for (int i = 0; i < 4; ++i) { float v = s[l];"
      " v = simd_sum(v); s[(l + 1) % 32] = v; }", True),

@@ -15,10 +15,11 @@ function stores and loads threadgroup memory through the same name with no
 synchronisation between them (a barrier, simdgroup_barrier or SIMD-group function), in
 either order, counting the way round a loop. It is a text check: it errs towards
 lockstep where it cannot tell (a branch's store and the other branch's load, a lane's
-own element read in one statement and written in another, a helper's synchronisation),
-and takes one statement's loads and store to be ordered (`a[t] += a[t + s]`),
-which costs only speed; it does not pair accesses in different functions or through
-different names (`ss` and its alias `ss4`).
+own element stored in one statement and read in another, a helper's synchronisation),
+which costs only speed; it takes one statement's loads and store to be ordered
+(`a[t] += a[t + s]`), and an element read and then written back through the same text
+(`p *= g[t]; g[t] = p;`) to be the lane's own read-modify-write; it does not pair
+accesses in different functions or through different names (`ss` and its alias `ss4`).
 """
 
 from __future__ import annotations
@@ -182,15 +183,20 @@ def _hazard(events: list[_Event]) -> bool:
     """Whether a run of `events` without synchronisation loads and stores through the same
     name in different statements (different names are taken to be different memory; one
     statement's loads come before its store in every lane, as in the tree reduction
-    `a[t] += a[t + s]`)."""
-    seen: dict[tuple[str, str], set[int]] = {}
+    `a[t] += a[t + s]`; a load of an element text followed by a store of the very same
+    text, `g[t]` read in one statement and written in the next, is taken to be the lane's
+    own read-modify-write, as within one statement)."""
+    seen: dict[tuple[str, str], dict[str, set[int]]] = {}
     for e in events:
         if e.kind == "sync":
             seen.clear()
             continue
         name = re.match(r"\w*", e.lvalue.lstrip("*(")).group(0)
-        seen.setdefault((name, e.kind), set()).add(e.statement)
-        loads, stores = seen.get((name, "load"), set()), seen.get((name, "store"), set())
-        if loads and stores and len(loads | stores) > 1:
+        seen.setdefault((name, e.kind), {}).setdefault(e.lvalue, set()).add(e.statement)
+        other = seen.get((name, "store" if e.kind == "load" else "load"), {})
+        # the same element text counts only when its store came first (read by a lane
+        # other than the one that stored it, as in `if (l == 31) s[g] = x; y = s[g];`)
+        if any((lvalue != e.lvalue or e.kind == "load") and statements - {e.statement}
+               for lvalue, statements in other.items()):
             return True
     return False
