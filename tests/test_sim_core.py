@@ -107,6 +107,27 @@ def test_all_twenty_attributes_including_partial_threadgroups(grid, tg):
         np.testing.assert_array_equal(got[..., i], expected[..., i], err_msg=field)
 
 
+@pytest.mark.parametrize("grid, tg", [((1_000_003, 1, 1), (64, 1, 1)),
+                                      ((300, 200, 20), (16, 8, 2))])
+def test_every_threadgroup_of_a_large_grid_runs_once(grid, tg):
+    """Workers claim runs of a barrier-free kernel's threadgroups at a time: every group
+    must still run once, the last partial run and the partial groups at the edges too."""
+    kernel = mtwork.metal_kernel("group_counts", ["a"], ["counts"], """
+        uint3 g = threadgroup_position_in_grid, n = threadgroups_per_grid;
+        atomic_fetch_add_explicit(&counts[(g.z * n.y + g.y) * n.x + g.x], 1,
+                                  memory_order_relaxed);
+    """, atomic_outputs=True)
+    groups = [-(-a // b) for a, b in zip(grid, tg)]
+    counts = kernel(inputs=[mx.zeros((1,))], grid=grid, threadgroup=tg,
+                    output_shapes=[(int(np.prod(groups)),)], output_dtypes=[mx.uint32],
+                    init_value=0)[0]
+    z, y, x = np.meshgrid(*(np.arange(n) // t for n, t in zip(grid[::-1], tg[::-1])),
+                          indexing="ij")
+    linear = (z * groups[1] + y) * groups[0] + x
+    np.testing.assert_array_equal(np.array(counts),
+                                  np.bincount(linear.ravel(), minlength=counts.size))
+
+
 def test_attribute_declared_types_match_mlx():
     gen = _attributes_kernel().generate([mx.zeros((1,))], [mx.uint32])
     declared = {p.name: p.msl_type for p in gen.params if p.kind == "attribute"}

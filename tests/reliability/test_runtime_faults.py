@@ -181,13 +181,14 @@ print(json.dumps({"out": np.array(out).tolist(), "correct": correct()}))
 def test_writes_far_past_the_memory_mtwork_makes_fault_and_leave_the_heap_whole() -> None:
     # In this process too, fresh outputs and the aligned copies of bound memory end at a
     # page of slack before a guard page: 16 KiB past either faults, instead of landing in
-    # the Python heap (which glibc's allocator noticed later, or not at all).
+    # the Python heap (which glibc's allocator noticed later, or not at all). A program
+    # that declares an aligned type runs on aligned copies of misaligned bound memory.
     result = run_isolated(KERNELS + '''
 past = mtwork.metal_kernel("past_the_input", ["a"], ["out"], """
     device float* p = (device float*)a;
     for (uint j = 0; j < 4096; ++j) p[j] = 1.0f;
     out[0] = 1.0f;
-""")
+""", header="struct alignas(16) Row { float4 v; };")
 a = mx.arange(9, dtype=mx.float32)[1:]  # 4 bytes past an allocation: never 16-aligned
 outcomes = []
 for _ in range(20):

@@ -88,8 +88,9 @@ KERNEL_DEFINES = ("-D__METAL_VERSION__=320", "-DMLX_METAL_JIT", "-D__HAVE_MTWORK
 # their layout: float4 is still 16-aligned in a struct): Apple GPUs access a float4 at any
 # 4-byte boundary, and kernels rely on it (llama.cpp's mul_mm stores float4 rows of a
 # dst whose rows are 70 floats), where an aligned x86 vector move would fault.
+POINTER_ALIGN = 4
 KERNEL_FLAGS = ("-fsanitize=safe-stack", "-mllvm", "-safestack-use-pointer-address",
-                "-fmax-type-align=4")
+                f"-fmax-type-align={POINTER_ALIGN}")
 # A kernel's calls of the C library's process exits go to the runtime instead
 # (runtime/exits.cpp), which fails the dispatch: exit() in kernel code must not end the
 # process running it, the caller's own in-process.

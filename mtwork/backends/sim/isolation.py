@@ -39,8 +39,8 @@ from typing import Any
 import mlx.core as mx
 import numpy as np
 
-from ...buffers import byte_span, numpy_view
-from ...dispatch import Bound, Completion, Dispatch, Engine, Fresh, Program
+from ...buffers import byte_span, numpy_view, to_mx
+from ...dispatch import BodyForm, Bound, Completion, Dispatch, Engine, Fresh, Program
 from ...dtypes import storage_numpy_dtype
 from ...errors import KernelCancelled, KernelFault, KernelTimeout
 from . import runtime
@@ -239,7 +239,8 @@ class Isolated:
                 if self._cancelled:
                     raise KernelCancelled(program.label, "stopped before it ended") from None
                 raise KernelFault(program.label, _death(status)) from None
-            return self._completion(reply, placements, call)
+            return self._completion(reply, placements, call,
+                                    as_mx=isinstance(program.form, BodyForm))
 
     def _request(self, program: Program, call: Dispatch, timeout: float
                  ) -> tuple[tuple, dict[int, Placement]]:
@@ -294,8 +295,11 @@ class Isolated:
         reply, _ = receive(self._sock)  # type: ignore[arg-type]
         return reply
 
-    def _completion(self, reply: Any, placements: dict[int, Placement],
-                    call: Dispatch) -> Completion:
+    def _completion(self, reply: Any, placements: dict[int, Placement], call: Dispatch,
+                    as_mx: bool) -> Completion:
+        """The written buffers copied out of the arena: into the caller's writable numpy
+        arrays, else into new arrays (``mx.array`` ones when `as_mx`: a body-form kernel
+        returns those, and one copy is cheaper than two)."""
         kind, value = reply
         if kind == "error":
             raise value
@@ -307,6 +311,8 @@ class Isolated:
             if isinstance(buf, Bound) and isinstance(buf.array, np.ndarray) and buf.writable:
                 np.copyto(buf.array, arena_view)
                 buffers[index] = buf.array
+            elif as_mx and isinstance(buf, Fresh):
+                buffers[index] = to_mx(arena_view, buf.dtype)
             else:
                 buffers[index] = np.array(arena_view)
             del arena_view

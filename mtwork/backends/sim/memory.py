@@ -8,12 +8,15 @@ used in place (as numpy views of mx arrays, made row-contiguous where the kernel
 that); buffers the body form derives from an input (its shape, strides, ndim) are
 computed from that input.
 
-Every buffer starts at a multiple of 16 bytes, as Metal's do: vector loads of a buffer
-cast to ``float4 *`` need it (an aligned SSE load of a misaligned address faults). Bound
-memory that starts elsewhere (an mx array's data sits 8 bytes past an alignment on
-MLX's CPU allocator) runs on an aligned copy of the bytes it spans (strided views keep
-their layout), copied back afterwards (`settle`), so a kernel that writes through it
-writes the caller's memory as on Metal; memory bound at several indices stays one copy.
+A buffer mtwork makes starts at a multiple of 16 bytes, as Metal's do. Bound memory is
+used where it is: the kernel's code assumes no more than `compiler.POINTER_ALIGN` bytes of
+alignment of what a pointer reaches (an mx array's data sits 8 bytes past a 16-byte
+boundary on MLX's CPU allocator), unless the program declares an aligned type
+(`msl.alignment`: its accesses keep the alignment it declares, and an aligned x86 vector
+move of a misaligned address faults). Then bound memory that does not start at 16 bytes
+runs on an aligned copy of the bytes it spans (strided views keep their layout), copied
+back afterwards (`settle`), so a kernel that writes through it writes the caller's memory
+as on Metal; memory bound at several indices stays one copy.
 
 What is made here comes from `arena.guarded`: each buffer ends at a page of slack before a
 guard page, so in this process too a write far past the end of a fresh output or of a
@@ -34,7 +37,9 @@ import numpy as np
 from ... import dtypes
 from ...buffers import byte_span, initialise, numpy_view
 from ...dispatch import Bound, Dispatch, Fresh, Param, Program
+from ...msl.alignment import declares_alignment
 from .arena import ALIGN, guarded
+from .compiler import POINTER_ALIGN
 from .sources import THREADGROUP_SLOT_BASE
 
 __all__ = ["Memory"]
@@ -57,6 +62,13 @@ def _view(bound: Bound) -> np.ndarray:
     return view
 
 
+def _declares_alignment(program: Program) -> bool:
+    src = program.sources
+    texts = (src.prelude, src.text, *(text for _, text in src.files))
+    folder = src.path.parent if src.path is not None else None
+    return declares_alignment(texts, folder, src.search_dirs)
+
+
 @dataclass
 class Memory:
     """The arrays of one attempt at a dispatch, and the table that points at them."""
@@ -75,7 +87,8 @@ class Memory:
     def __post_init__(self) -> None:
         buffers = self.dispatch.buffers
         views = {i: _view(b) for i, b in buffers.items() if isinstance(b, Bound)}
-        self.misaligned = {i: v for i, v in views.items() if v.size and v.ctypes.data % ALIGN}
+        need = ALIGN if _declares_alignment(self.program) else POINTER_ALIGN
+        self.misaligned = {i: v for i, v in views.items() if v.size and v.ctypes.data % need}
         self.arrays.update({i: v for i, v in views.items() if i not in self.misaligned})
         fresh = {i: b for i, b in buffers.items() if isinstance(b, Fresh)}
         if self.place is not None:

@@ -80,7 +80,7 @@ def _flags(math_mode: str) -> list[str]:
     # 4-byte alignment for vector accesses through pointers, as the fiber engine's build
     # (compiler.KERNEL_FLAGS says why); no SafeStack: the engine runs threads as loops.
     return [*common, *compiler.TARGET_FLAGS, *compiler.MATH_MODE_FLAGS[math_mode],
-            *compiler.KERNEL_DEFINES, "-fmax-type-align=4"]
+            *compiler.KERNEL_DEFINES, f"-fmax-type-align={compiler.POINTER_ALIGN}"]
 
 
 def _always_inline(text: str) -> str:

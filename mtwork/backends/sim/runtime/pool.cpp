@@ -185,6 +185,24 @@ void describe_fault(Worker* w, int sig) {
   }
 }
 
+// Threadgroups of a barrier-free kernel are cheap: a worker claims a run of them at a
+// time, about kClaimThreads threads, so that each worker streams through a buffer in long
+// runs that the hardware prefetcher follows rather than in pieces of a threadgroup
+// interleaved with the other workers' (an elementwise kernel ran 1.5-2x slower so); at
+// least kClaimsPerWorker runs per worker keep the work balanced.
+constexpr uint64_t kClaimThreads = 16384;
+constexpr uint64_t kClaimsPerWorker = 8;
+
+uint64_t groups_per_claim(const Dispatch* d, int workers) {
+  if (!d->launch.barrier_free || workers < 1) return 1;
+  uint64_t threads = 1;
+  for (int k = 0; k < 3; ++k) threads *= d->launch.threadgroup[k] ? d->launch.threadgroup[k] : 1;
+  uint64_t by_size = kClaimThreads / threads;
+  uint64_t by_balance = d->groups_total / (uint64_t(workers) * kClaimsPerWorker);
+  uint64_t chunk = by_size < by_balance ? by_size : by_balance;
+  return chunk > 1 ? chunk : 1;
+}
+
 void run_dispatch(Worker* w) {
   Dispatch* d = &current;
   w->dispatch = d;
@@ -218,8 +236,12 @@ void run_dispatch(Worker* w) {
     if (sig != kCancelSignal) stop_others(d, w);
     return;
   }
-  for (;;) {
-    uint64_t index = __atomic_fetch_add(&d->next_group, 1, __ATOMIC_RELAXED);
+  const uint64_t chunk = d->groups_per_claim;
+  for (uint64_t index = 0, end = 0;; ++index) {
+    if (index == end) {
+      index = __atomic_fetch_add(&d->next_group, chunk, __ATOMIC_RELAXED);
+      end = index + chunk < d->groups_total ? index + chunk : d->groups_total;
+    }
     if (index >= d->groups_total) return;
     // Announce kernel code before looking at `cancelled` (stop_others does the reverse),
     // so a stop either sees this worker inside or this worker sees the stop.
@@ -338,6 +360,7 @@ extern "C" int mtw_dispatch_start(const mtw_launch* launch) {
   int want = launch->workers ? int(launch->workers) : pool_size;
   if (want > pool_size) want = pool_size;
   if (uint64_t(want) > d->groups_total) want = int(d->groups_total);
+  d->groups_per_claim = groups_per_claim(d, want);
   participants = want;
   active = want;
   busy = true;

@@ -61,6 +61,7 @@ struct Dispatch {
   uint64_t groups_total;
   uint32_t groups[3];
   volatile uint64_t next_group;   // taken with __atomic builtins
+  uint64_t groups_per_claim;      // how many a worker takes at a time
   volatile int cancelled;
   volatile int status;            // first failure wins
   volatile uint32_t tg_memory_used;
