@@ -8,8 +8,9 @@ rewritten sources, preprocessed listings — and how it keeps it safe.
   a key only the user can read (``.seal-key``, mode 0600) — and checked before it is
   used. A truncated, zeroed or changed artefact is rebuilt, never loaded: nobody who can
   only write the cache can run code in mtwork's processes.
-- Leftovers: builds happen in folders named after their process; those of processes that
-  are gone are removed.
+- Leftovers: builds happen in folders of ``builds/`` named after their process, and move
+  into place when done; those of processes that are gone are removed when a process
+  first uses the cache (one folder to list, not the tens of thousands of kernels).
 - Size: least recently used artefacts go once they pass $MTWORK_CACHE_MAX (bytes, or
   with K/M/G; default 2G). zig's own build of the C runtime (built once, about 50 MB) is
   kept apart and does not count. A running total (``.usage``: the bytes last counted plus
@@ -41,6 +42,7 @@ _SEAL_SUFFIX = ".seal"
 _pinned: set[Path] = set()  # artefacts this process goes on reading: never evicted
 _KEY_NAME = ".seal-key"
 _USAGE_NAME = ".usage"
+_BUILDS_NAME = "builds"
 RECOUNT_SECONDS = 3600.0
 _DEFAULT_MAX = 2 << 30
 _lock = threading.Lock()
@@ -87,11 +89,12 @@ def cache_dir() -> Path:
     return _usable(_chosen())
 
 
-def work_dir(parent: Path) -> Path:
-    """A fresh folder in `parent` to build in, named after this process so that what a
+def work_dir() -> Path:
+    """A fresh folder of the cache to build in, named after this process so that what a
     killed build leaves is recognised and removed later."""
-    parent.mkdir(parents=True, exist_ok=True)
-    return Path(tempfile.mkdtemp(dir=parent, prefix=f"tmp-{os.getpid()}-"))
+    builds = cache_dir() / _BUILDS_NAME
+    builds.mkdir(exist_ok=True)
+    return Path(tempfile.mkdtemp(dir=builds, prefix=f"tmp-{os.getpid()}-"))
 
 
 def _alive(pid: int) -> bool:
@@ -105,15 +108,14 @@ def _alive(pid: int) -> bool:
 
 
 def _remove_leftovers(root: Path) -> None:
-    """Build folders and files of processes that are gone."""
-    for folder in (root, root / "kernels", root / "sources", root / "zig-local",
-                   root / "preprocessed", root / "pch"):
-        if not folder.is_dir():
-            continue
-        for entry in folder.iterdir():
-            m = _BUILDING.match(entry.name)
-            if m and not _alive(int(m.group(1))):
-                discard(entry)
+    """Build folders of processes that are gone."""
+    builds = root / _BUILDS_NAME
+    if not builds.is_dir():
+        return
+    for entry in builds.iterdir():
+        m = _BUILDING.match(entry.name)
+        if m and not _alive(int(m.group(1))):
+            discard(entry)
 
 
 # --- seals ---------------------------------------------------------------------------------
@@ -155,7 +157,10 @@ def _seal_path(path: Path) -> Path:
 def seal(path: Path, final: Path | None = None) -> None:
     """Records the seal of artefact `path` (a file or a folder), for it as `final`."""
     target = _seal_path(final or path)
-    tmp = target.with_name(f"tmp-{os.getpid()}-{secrets.token_hex(4)}-{target.name}")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    builds = cache_dir() / _BUILDS_NAME
+    builds.mkdir(exist_ok=True)
+    tmp = builds / f"tmp-{os.getpid()}-{secrets.token_hex(4)}-{target.name}"
     tmp.write_text(_digest_of(path))
     os.replace(tmp, target)
 
@@ -208,7 +213,8 @@ def max_size() -> int:
     return int(float(m.group(1)) * scale)
 
 
-_KEPT = frozenset({_KEY_NAME, _USAGE_NAME, "zig", "zig-local", "preprocess-stubs"})  # not artefacts
+# Not artefacts:
+_KEPT = frozenset({_KEY_NAME, _USAGE_NAME, _BUILDS_NAME, "zig", "preprocess-stubs"})
 
 
 def _size(path: Path) -> int:

@@ -49,7 +49,7 @@ def run_clang(args: list[str], what: str, *, stdin: str | None = None
     """Runs clang with `args` (after the command prefix); `what` names the job in errors."""
     env = dict(os.environ)
     env.setdefault("ZIG_GLOBAL_CACHE_DIR", str(cache_dir() / "zig"))
-    local = work_dir(cache_dir() / "zig-local")
+    local = work_dir()
     env["ZIG_LOCAL_CACHE_DIR"] = str(local)
     try:
         return subprocess.run([*clang(), *args], capture_output=True, text=True, env=env,

@@ -155,7 +155,7 @@ def test_undefined_symbols_reads_what_a_library_needs(tmp_path: Path):
 def test_the_running_total_grows_with_each_publish_and_spares_the_walk(monkeypatch):
     root = cachedir.cache_dir()
     cachedir.evict()  # counts (or trusts a recent count)
-    folder = cachedir.work_dir(root / "kernels")
+    folder = cachedir.work_dir()
     artefact = folder / "kernel.so"
     artefact.write_bytes(b"x" * 12345)
     with cachedir._usage_file() as fd:

@@ -124,7 +124,7 @@ def _run(source: str, label: str, dirs: Sequence[str], macros: Mapping[str, str]
 
 
 def _store(path: Path, data: dict) -> None:
-    work = cachedir.work_dir(path.parent)
+    work = cachedir.work_dir()
     try:
         built = work / path.name
         built.write_text(json.dumps(data))

@@ -87,12 +87,11 @@ def test_a_read_only_cache_falls_back_to_a_temporary_one_with_a_warning(cache):
 
 def test_what_a_killed_build_left_is_removed(cache):
     dead_pid = 2**22 + 12345  # above Linux's default pid_max: no such process
-    left = [cache / "kernels" / f"tmp-{dead_pid}-abc", cache / "sources" / f"tmp-{dead_pid}-x",
-            cache / f"tmp-{dead_pid}-runtime"]
+    left = [cache / "builds" / f"tmp-{dead_pid}-{name}" for name in ("abc", "x", "runtime")]
     for folder in left:
         folder.mkdir(parents=True)
         (folder / "kernel.cpp").write_text("half a build")
-    alive = cache / "kernels" / f"tmp-{os.getpid()}-mine"
+    alive = cache / "builds" / f"tmp-{os.getpid()}-mine"
     alive.mkdir()
     run(cache)
     assert not any(folder.exists() for folder in left)
@@ -150,7 +149,7 @@ def work():
         root = cachedir.cache_dir()
         seen.append(str(root))
         for _ in range(20):
-            built = cachedir.work_dir(root / "kernels")
+            built = cachedir.work_dir()
             (built / "x.so").write_bytes(b"same bytes")
             cachedir.evict(limit=0)  # must leave every build in progress alone
             cachedir.publish(built / "x.so", root / "kernels" / "x.so")

@@ -153,7 +153,7 @@ def runtime_library() -> Path:
             return target
         print(f"mtwork: building the emulator runtime, once: about {RUNTIME_BUILD_SECONDS} s",
               file=sys.stderr, flush=True)
-        work = cachedir.work_dir(cache_dir())
+        work = cachedir.work_dir()
         try:
             tmp = work / target.name
             # The kernels' target and flags: a kernel's code is inlined into no runtime
@@ -187,7 +187,7 @@ def prelude_dir() -> Path:
     with _headers_lock:
         if reusable(target):
             return target
-        tmp = cachedir.work_dir(cache_dir())
+        tmp = cachedir.work_dir()
         for header in kernels.rglob("*.h"):
             out = tmp / header.relative_to(source)
             out.parent.mkdir(parents=True, exist_ok=True)
@@ -273,7 +273,7 @@ def compile_kernel(tu: Translation, math_mode: str, kernel_label: str,
     library = target / "kernel.so" if profile else target
     if reusable(target):
         return library
-    work = cachedir.work_dir(target.parent)
+    work = cachedir.work_dir()
     try:
         cpp = work / "kernel.cpp"
         cpp.write_text(tu.text)

@@ -126,7 +126,7 @@ def precompiled_header(headers: Sequence[str], flags: Sequence[str],
     with _lock:
         if _usable(target) and _usable(header):
             return target
-        work = cachedir.work_dir(target.parent)
+        work = cachedir.work_dir()
         try:
             text = work / header.name
             text.write_text("#include <metal_types>\n"

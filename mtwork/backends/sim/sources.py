@@ -96,7 +96,7 @@ def source_tree(program: Program) -> SourceTree:
 
 def _write_tree(root: Path, main: Path, dirs: tuple[Path, ...], program: Program) -> None:
     src = program.sources
-    tmp = cachedir.work_dir(root.parent)
+    tmp = cachedir.work_dir()
     files = [(tmp / main.relative_to(root), _line_directive(src.label) + for_emulator(src.text))]
     files += [(tmp / p.relative_to(p.anchor), _line_directive(str(p)) + for_emulator(t))
               for p, t in src.files]

@@ -156,7 +156,7 @@ def build(program: Program) -> Built:
     if compiler.reusable(refusal):
         return Built(None, refusal.read_text())
     folder.mkdir(parents=True, exist_ok=True)
-    work = cachedir.work_dir(folder)
+    work = cachedir.work_dir()
     try:
         library, reason = _compile(work, tu, program.math_mode, label, includes)
         if library is None:
