@@ -196,3 +196,24 @@ print(json.dumps([started_bad, after, stopped]))
     assert "MTWORK_TIMEOUT" in started_bad and "'soon'" in started_bad
     assert after is True
     assert isinstance(stopped, float) and stopped < 20
+
+
+def test_a_worker_that_died_is_replaced_at_once():
+    """A kernel that kills its process: the fault names the kernel, and the next worker is
+    already starting when the caller gets it (it imports while the caller looks)."""
+    result = run_snippet(PRELUDE + """
+from mtwork.backends import get
+sim = get("sim")
+assert good_ok()
+first = sim.worker_pid
+try:
+    call(kernel("raise(9);", header="#include <signal.h>\\n"))
+except mtwork.KernelFault as e:
+    assert e.kernel == "bad", e
+replaced = sim.worker_pid
+print(json.dumps([first, replaced, good_ok(), sim.worker_pid]))
+""", timeout=120)
+    assert result.returncode == 0, result.stderr[-3000:]
+    first, replaced, ok, used = json.loads(result.stdout.strip().splitlines()[-1])
+    assert first and replaced and first != replaced
+    assert ok and used == replaced

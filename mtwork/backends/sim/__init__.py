@@ -141,10 +141,11 @@ class SimBackend:
             isolate = isolate_by_default()
         if not isolate:
             return self.dispatch_here(program, call)
-        self.compile(program, sanitize=call.options.sanitize is not None,
-                     profile=call.options.profile)  # compile errors are raised here
         if self._isolated is None:
             self._isolated = Isolated()
+        self._isolated.start()  # a new worker imports while this process compiles
+        self.compile(program, sanitize=call.options.sanitize is not None,
+                     profile=call.options.profile)  # compile errors are raised here
         return self._isolated.dispatch(program, call)
 
     @property

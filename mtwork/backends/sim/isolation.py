@@ -165,6 +165,17 @@ class Isolated:
 
     # --- the worker ----------------------------------------------------------------------
 
+    def start(self) -> None:
+        """Starts the worker, unless one runs: it imports mtwork while the caller goes on
+        (a dispatch starts one too)."""
+        with self._lock:
+            self._ensure_started()
+
+    def _ensure_started(self) -> None:
+        if self._proc is None or self._proc.poll() is not None:
+            self._stop()
+            self._start()
+
     def _start(self) -> None:
         parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         env = dict(os.environ)
@@ -222,9 +233,7 @@ class Isolated:
         timeout = call.options.timeout or runtime.default_timeout()
         with self._lock:
             self._cancelled = False
-            if self._proc is None or self._proc.poll() is not None:
-                self._stop()
-                self._start()
+            self._ensure_started()
             request, placements = self._request(program, call, timeout)
             fds = [] if self._arena_sent else [self._arena.fd]
             try:
@@ -236,6 +245,7 @@ class Isolated:
                 raise
             except (ChannelClosed, OSError):
                 status = self._stop()
+                self._start()  # the next call's worker, importing while the caller looks
                 if self._cancelled:
                     raise KernelCancelled(program.label, "stopped before it ended") from None
                 raise KernelFault(program.label, _death(status)) from None
