@@ -42,7 +42,12 @@ PAIRS = {  # MSL call of (x, y): float64 oracle
     "atan2": np.arctan2, "pow": power, "powr": powr, "fast::pow": power,
     "precise::atan2": np.arctan2,
 }
-SWEEP = np.arange(0, 2**32, 4099, dtype=np.uint64).astype(np.uint32).view(np.float32)
+# Every 4099th float, and the float >= 1 nearest a multiple of pi/2 (relative to its
+# size; found by a search over all of them): where sin, cos and tan reduce hardest.
+NEAREST_HALF_PI_MULTIPLE = np.float32(float.fromhex("0x1.f37c8ap+95"))
+SWEEP = np.concatenate([
+    np.arange(0, 2**32, 4099, dtype=np.uint64).astype(np.uint32).view(np.float32),
+    [NEAREST_HALF_PI_MULTIPLE, -NEAREST_HALF_PI_MULTIPLE]]).astype(np.float32)
 # Zeros, infinities, NaN, ones, odd and even integers (small, 2^23 + 1, 2^24 on, where all
 # are even), halves, values just either side of 1, subnormals, the largest float.
 SPECIAL = np.array([
