@@ -132,6 +132,7 @@ def main() -> int:
         parser.error(f"--rounds and --workers must be at least 1, got {args.rounds} and "
                      f"{args.workers}")
     rng = np.random.default_rng(0)
+    print(f"mtwork from {os.path.dirname(mtwork.__file__)}")
     print(f"{args.size:,} float32 elements, {args.rounds} interleaved rounds, the runtime "
           f"on {args.workers} of {os.cpu_count()} cores, load average "
           f"{os.getloadavg()[0]:.2f}; times are medians, ratios median [min, max] of "
