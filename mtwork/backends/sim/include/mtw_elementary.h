@@ -91,8 +91,8 @@ MTW_INLINE double octave_split(float x, int32_t& e) {
 }
 
 // log(x) = e ln 2 + log(m), log(m) = 2 atanh(s) with s = (m - 1) / (m + 1), |s| <= 0.172:
-// 2s + s z Q(z), z = s^2, Q fitted (relative error of the sum 2^-37) on [0, 0.0295]. The base is in the two factors: the result is
-// e * per_octave + log(m) * per_nat.
+// 2s + s z Q(z), z = s^2, Q fitted (relative error of the sum 2^-37) on [0, 0.0295]. The
+// base is in the two factors: the result is e * per_octave + log(m) * per_nat.
 MTW_INLINE float log_in_base(float x, double per_octave, double per_nat) {
   int32_t e;
   double m = octave_split(x, e);

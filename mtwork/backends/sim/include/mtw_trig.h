@@ -82,10 +82,11 @@ constexpr TwoOverPiByExponent two_over_pi_by_exponent() {
 inline constexpr TwoOverPiByExponent kTwoOverPi = two_over_pi_by_exponent();
 
 // |x| = (4n + quadrant + f) pi/2 with |f| <= 1/2 (to 2^-79 absolute in f), for every
-// finite float: returns f pi/2 in double. (The smallest |f| of a float >= 1 is 2^-29.8,
-// at 0x1.f37c8ap+95 (an exhaustive search): f is within 2^-49 relative everywhere.) q = rint(m c0 + m c1); m c0 - q is exact
+// finite float: returns f pi/2 in double. q = rint(m c0 + m c1); m c0 - q is exact
 // (multiples of 2^-24 below 2^26), adding m c1 is exact (multiples of 2^-50 below 2), so
-// the only roundings are those of m c2 and of the last sum, relative to f itself.
+// the only roundings are those of m c2 and of the last sum, relative to f itself. The
+// smallest |f| of a float >= 1 is 2^-29.8, at 0x1.f37c8ap+95 (an exhaustive search): f
+// is within 2^-49 (relative) everywhere.
 MTW_INLINE double reduce_half_pi(float x, int& quadrant) {
   uint32_t bits = __builtin_bit_cast(uint32_t, x) & 0x7fffffffu;
   uint32_t field = bits >> 23;
