@@ -6,8 +6,9 @@ context). This benchmark times the kernel's library through the runtime's dispat
 aligned buffers made once, so what a call adds around the kernel (sending its inputs to
 the worker process, aligned copies of MLX's inputs) is left out; `vs_pocl.py`'s rows time
 whole calls. For the math functions, the shim's inline code (`metal::exp`, ...) runs
-beside libm's (`__builtin_expf`, ..., the shim's code before it had its own), in both
-contexts. Every output is checked against numpy's float64 result in every round.
+beside libm's (`__builtin_expf`, `__builtin_sinf`, `__builtin_powf`, ..., the shim's
+code before it had its own), in both contexts. Every output is checked against numpy's
+float64 result in every round.
 
     python bench/plain_loops.py [--size 16777216] [--rounds 5] [--workers 1]
 """
@@ -48,6 +49,15 @@ WORKLOADS = [
              lambda a: np.log(np.abs(a)), lambda a: np.log(np.abs(a))),
     Workload("tanh", 1, "out[i] = metal::tanh(a[i]);", "out[i] = __builtin_tanhf(a[i]);",
              np.tanh, np.tanh),
+    Workload("sin", 1, "out[i] = metal::sin(a[i]);", "out[i] = __builtin_sinf(a[i]);",
+             np.sin, np.sin),
+    Workload("cos", 1, "out[i] = metal::cos(a[i]);", "out[i] = __builtin_cosf(a[i]);",
+             np.cos, np.cos),
+    # b / 8 keeps every power of these inputs a finite float
+    Workload("pow |a| b/8", 2, "out[i] = metal::pow(metal::abs(a[i]), 0.125f * b[i]);",
+             "out[i] = __builtin_powf(metal::abs(a[i]), 0.125f * b[i]);",
+             lambda a, b: np.power(np.abs(a), np.float32(0.125) * b),
+             lambda a, b: np.power(np.abs(a), 0.125 * b)),
     Workload("a * b + c", 3, "out[i] = a[i] * b[i] + c[i];", None,
              lambda a, b, c: a * b + c, lambda a, b, c: a * b + c),
 ]
@@ -122,6 +132,7 @@ def main() -> int:
         parser.error(f"--rounds and --workers must be at least 1, got {args.rounds} and "
                      f"{args.workers}")
     rng = np.random.default_rng(0)
+    print(f"mtwork from {os.path.dirname(mtwork.__file__)}")
     print(f"{args.size:,} float32 elements, {args.rounds} interleaved rounds, the runtime "
           f"on {args.workers} of {os.cpu_count()} cores, load average "
           f"{os.getloadavg()[0]:.2f}; times are medians, ratios median [min, max] of "

@@ -11,6 +11,8 @@
 // infinity, underflow through the subnormals to zero; log of 0 is -inf, of a negative
 // number NaN.
 //
+// mtw_trig.h builds the trigonometric functions and pow on the same pieces.
+//
 // Every engine inlines the same code and every operation is rounded as written, in
 // every math mode (`float_control(precise)`, no contraction): a vectorized loop and a
 // scalar call give the same bits.
@@ -25,11 +27,13 @@ namespace mtw_math {
 
 // a * b + c: one rounding where the target has fused multiply-add, two elsewhere; the
 // same in every engine of one machine.
+MTW_INLINE double madd(double a, double b, double c) {
 #if defined(__FMA__) || defined(__aarch64__)
-#define MTW_MADD(a, b, c) __builtin_fma(a, b, c)
+  return __builtin_fma(a, b, c);
 #else
-#define MTW_MADD(a, b, c) ((a) * (b) + (c))
+  return a * b + c;
 #endif
+}
 
 constexpr double kLn2 = 0x1.62e42fefa39efp-1;
 constexpr double kLog2E = 0x1.71547652b82fep0;
@@ -48,15 +52,15 @@ MTW_INLINE double exp2_in_double(double t) {
   double k = shifted - shifter;
   double r = t - k;
   double p = 0x1.61c4ec9471bc8p-20;
-  p = MTW_MADD(p, r, 0x1.00d853c37165ep-16);
-  p = MTW_MADD(p, r, 0x1.430aa8884319cp-13);
-  p = MTW_MADD(p, r, 0x1.5d874d0624b50p-10);
-  p = MTW_MADD(p, r, 0x1.3b2ab5ed6b4c7p-7);
-  p = MTW_MADD(p, r, 0x1.c6b08dced425bp-5);
-  p = MTW_MADD(p, r, 0x1.ebfbdff8edeb9p-3);
-  p = MTW_MADD(p, r, 0x1.62e42fef89d16p-1);
+  p = madd(p, r, 0x1.00d853c37165ep-16);
+  p = madd(p, r, 0x1.430aa8884319cp-13);
+  p = madd(p, r, 0x1.5d874d0624b50p-10);
+  p = madd(p, r, 0x1.3b2ab5ed6b4c7p-7);
+  p = madd(p, r, 0x1.c6b08dced425bp-5);
+  p = madd(p, r, 0x1.ebfbdff8edeb9p-3);
+  p = madd(p, r, 0x1.62e42fef89d16p-1);
   uint64_t bits = (__builtin_bit_cast(uint64_t, shifted) + 1023) << 52;
-  return MTW_MADD(r, p, 1.0) * __builtin_bit_cast(double, bits);
+  return madd(r, p, 1.0) * __builtin_bit_cast(double, bits);
 }
 
 // t clamped to [-200, 200], NaN to -200 (the caller puts the NaN back).
@@ -73,28 +77,33 @@ MTW_INLINE float exp(float x) { return exp_of_base(x, kLog2E); }
 MTW_INLINE float exp2(float x) { return exp_of_base(x, 1.0); }
 MTW_INLINE float exp10(float x) { return exp_of_base(x, kLog2Of10); }
 
-// log(x) = e ln 2 + log(m) for x = m 2^e, m in [sqrt(1/2), sqrt(2)); log(m) = 2 atanh(s)
-// with s = (m - 1) / (m + 1), |s| <= 0.172: 2s + s z Q(z), z = s^2, Q fitted (relative
-// error of the sum 2^-37) on [0, 0.0295]. The base is in the two factors: the result is
-// e * per_octave + log(m) * per_nat.
-MTW_INLINE float log_in_base(float x, double per_octave, double per_nat) {
+// x = m 2^e for a finite x > 0: m in [sqrt(1/2), sqrt(2)) (returned, exact) and e.
+MTW_INLINE double octave_split(float x, int32_t& e) {
   bool subnormal = x < 0x1p-126f;
   float scaled = subnormal ? x * 0x1p24f : x;  // exact
   uint32_t bits = __builtin_bit_cast(uint32_t, scaled);
-  int32_t e = int32_t(bits >> 23) - 127 - (subnormal ? 24 : 0);
+  e = int32_t(bits >> 23) - 127 - (subnormal ? 24 : 0);
   uint32_t mantissa = (bits & 0x7fffffu) | 0x3f800000u;  // m in [1, 2)
   bool high = mantissa > 0x3fb504f3u;                     // m > sqrt(2): halve it
   mantissa -= high ? 0x00800000u : 0u;
   e += high ? 1 : 0;
-  double m = double(__builtin_bit_cast(float, mantissa));
+  return double(__builtin_bit_cast(float, mantissa));
+}
+
+// log(x) = e ln 2 + log(m), log(m) = 2 atanh(s) with s = (m - 1) / (m + 1), |s| <= 0.172:
+// 2s + s z Q(z), z = s^2, Q fitted (relative error of the sum 2^-37) on [0, 0.0295]. The
+// base is in the two factors: the result is e * per_octave + log(m) * per_nat.
+MTW_INLINE float log_in_base(float x, double per_octave, double per_nat) {
+  int32_t e;
+  double m = octave_split(x, e);
   double s = (m - 1.0) / (m + 1.0);
   double z = s * s;
   double q = 0x1.e2f66bb3895c8p-3;
-  q = MTW_MADD(q, z, 0x1.2438d75b4dd57p-2);
-  q = MTW_MADD(q, z, 0x1.999a7a8bedfaap-2);
-  q = MTW_MADD(q, z, 0x1.555554fd9c0acp-1);
-  double log_m = MTW_MADD(s * z, q, 2.0 * s);
-  float y = float(MTW_MADD(double(e), per_octave, log_m * per_nat));
+  q = madd(q, z, 0x1.2438d75b4dd57p-2);
+  q = madd(q, z, 0x1.999a7a8bedfaap-2);
+  q = madd(q, z, 0x1.555554fd9c0acp-1);
+  double log_m = madd(s * z, q, 2.0 * s);
+  float y = float(madd(double(e), per_octave, log_m * per_nat));
   y = x == __builtin_inff() ? x : y;
   y = x == 0.0f ? -__builtin_inff() : y;
   return x > 0.0f || x == 0.0f ? y : __builtin_nanf("");  // negative or NaN
@@ -109,8 +118,8 @@ MTW_INLINE float log10(float x) { return log_in_base(x, kLog10Of2, kLog10E); }
 MTW_INLINE double odd_series(double a, double c3, double c5, double c7, double c9,
                              double c11) {
   double z = a * a;
-  double p = MTW_MADD(MTW_MADD(MTW_MADD(MTW_MADD(c11, z, c9), z, c7), z, c5), z, c3);
-  return MTW_MADD(a * z, p, a);
+  double p = madd(madd(madd(madd(c11, z, c9), z, c7), z, c5), z, c3);
+  return madd(a * z, p, a);
 }
 
 MTW_INLINE float tanh(float x) {
@@ -140,8 +149,6 @@ MTW_INLINE float cosh(float x) {
   float y = float(0.5 * (ea + 1.0 / ea));
   return x != x ? x : y;
 }
-
-#undef MTW_MADD
 
 }  // namespace mtw_math
 

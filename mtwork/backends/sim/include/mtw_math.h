@@ -3,10 +3,11 @@
 //
 // Precision. Each float function is first defined as a `__metal_name(x, mode)` builtin, the
 // layer MLX's bf16_math.h builds its bfloat overloads on; `metal::`, `metal::fast::` and
-// `metal::precise::` call it with their precision mode. The exponentials, logarithms and
-// hyperbolic functions are the shim's own inline code (mtw_elementary.h: vectorizable,
-// the same bits in every engine); the other float functions use the host's libm (or
-// double precision where libm has no float version). All are within Metal's precise ulp
+// `metal::precise::` call it with their precision mode. The exponentials, logarithms,
+// hyperbolic functions (mtw_elementary.h), trigonometric functions, their inverses and pow
+// (mtw_trig.h) are the shim's own inline code: vectorizable, the same bits in every
+// engine; the other float functions use the host's libm (or double precision where libm
+// has no float version). All are within Metal's precise ulp
 // bounds (MSL specification, section 8.4, table 8.1) and so within the fast ones too;
 // half functions compute in float and round once. bfloat has no overloads here,
 // like Apple's stdlib: MLX's prelude adds them (computing in float and rounding).
@@ -28,7 +29,7 @@
 //   -fno-strict-float-cast-overflow).
 #pragma once
 
-#include "mtw_elementary.h"
+#include "mtw_trig.h"
 #include "mtw_vec.h"
 
 #define MTW_ELEMENTWISE1(name)                                                \
@@ -76,39 +77,6 @@
 
 namespace mtw_math {
 
-// sin(pi x), cos(pi x), tan(pi x) with exact argument reduction: x = k/2 + f, |f| <= 1/4
-// (exact in double), so integers and half-integers give exact zeros and infinities.
-enum class Pi { sin, cos, tan };
-template <Pi fn>
-MTW_INLINE float trig_pi(float x) {
-  if (!__builtin_isfinite(x)) return x - x;  // NaN
-  if (__builtin_fabsf(x) >= 0x1p23f) {       // an integer; even from 2^24 on
-    bool odd = __builtin_fabsf(x) < 0x1p24f && (long long)x % 2 != 0;
-    if (fn == Pi::cos) return odd ? -1.0f : 1.0f;
-    return __builtin_copysignf(0.0f, odd && fn == Pi::tan ? -x : x);
-  }
-  double half_turns = __builtin_rint(2.0 * double(x));
-  double f = double(x) - half_turns / 2;
-  long long k = (long long)half_turns;
-  int quadrant = int(k & 3);
-  double s = __builtin_sin(3.14159265358979323846 * f);
-  double c = __builtin_cos(3.14159265358979323846 * f);
-  if (fn == Pi::sin) {
-    double r = quadrant == 0 ? s : quadrant == 1 ? c : quadrant == 2 ? -s : -c;
-    return r == 0 ? __builtin_copysignf(0.0f, x) : float(r);
-  }
-  if (fn == Pi::cos) {
-    double r = quadrant == 0 ? c : quadrant == 1 ? -s : quadrant == 2 ? -c : s;
-    return r == 0 ? 0.0f : float(r);
-  }
-  if ((k & 1) == 0) {  // tan(pi f) near a multiple of pi
-    if (f == 0) return __builtin_copysignf(0.0f, (k & 2) ? -x : x);
-    return float(s / c);
-  }
-  if (f == 0) return (k & 2) ? -__builtin_inff() : __builtin_inff();  // n + 1/2
-  return float(-c / s);
-}
-
 // fmax and fmin of IEEE 754 (maximumNumber, minimumNumber): a NaN loses to a number, and
 // +0 is above -0, whichever way round the arguments come.
 MTW_INLINE float fmax(float x, float y) {
@@ -131,17 +99,17 @@ MTW_INLINE float fract(float x, float below_one) {
 
 }  // namespace mtw_math
 
-MTW_BUILTIN1(acos, __builtin_acosf(x))
+MTW_BUILTIN1(acos, mtw_math::acos(x))
 MTW_BUILTIN1(acosh, __builtin_acoshf(x))
-MTW_BUILTIN1(asin, __builtin_asinf(x))
+MTW_BUILTIN1(asin, mtw_math::asin(x))
 MTW_BUILTIN1(asinh, __builtin_asinhf(x))
-MTW_BUILTIN1(atan, __builtin_atanf(x))
+MTW_BUILTIN1(atan, mtw_math::atan(x))
 MTW_BUILTIN1(atanh, __builtin_atanhf(x))
 MTW_BUILTIN1(cbrt, __builtin_cbrtf(x))
 MTW_BUILTIN1(ceil, __builtin_ceilf(x))
-MTW_BUILTIN1(cos, __builtin_cosf(x))
+MTW_BUILTIN1(cos, mtw_math::cos(x))
 MTW_BUILTIN1(cosh, mtw_math::cosh(x))
-MTW_BUILTIN1(cospi, mtw_math::trig_pi<mtw_math::Pi::cos>(x))
+MTW_BUILTIN1(cospi, mtw_math::cospi(x))
 MTW_BUILTIN1(exp, mtw_math::exp(x))
 MTW_BUILTIN1(exp2, mtw_math::exp2(x))
 MTW_BUILTIN1(exp10, mtw_math::exp10(x))
@@ -153,25 +121,25 @@ MTW_BUILTIN1(log2, mtw_math::log2(x))
 MTW_BUILTIN1(rint, __builtin_rintf(x))
 MTW_BUILTIN1(round, __builtin_roundf(x))
 MTW_BUILTIN1(rsqrt, float(1.0 / __builtin_sqrt(double(x))))
-MTW_BUILTIN1(sin, __builtin_sinf(x))
+MTW_BUILTIN1(sin, mtw_math::sin(x))
 MTW_BUILTIN1(sinh, mtw_math::sinh(x))
-MTW_BUILTIN1(sinpi, mtw_math::trig_pi<mtw_math::Pi::sin>(x))
+MTW_BUILTIN1(sinpi, mtw_math::sinpi(x))
 MTW_BUILTIN1(sqrt, __builtin_sqrtf(x))
-MTW_BUILTIN1(tan, __builtin_tanf(x))
+MTW_BUILTIN1(tan, mtw_math::tan(x))
 MTW_BUILTIN1(tanh, mtw_math::tanh(x))
-MTW_BUILTIN1(tanpi, mtw_math::trig_pi<mtw_math::Pi::tan>(x))
+MTW_BUILTIN1(tanpi, mtw_math::tanpi(x))
 MTW_BUILTIN1(trunc, __builtin_truncf(x))
 MTW_BUILTIN1(saturate, mtw_math::fmin(mtw_math::fmax(x, 0.0f), 1.0f))
 MTW_BUILTIN1(sign, x > 0.0f ? 1.0f : (x < 0.0f ? -1.0f : (x == x ? x : 0.0f)))
-MTW_BUILTIN2(atan2, __builtin_atan2f(x, y))
+MTW_BUILTIN2(atan2, mtw_math::atan2(x, y))
 MTW_BUILTIN2(copysign, __builtin_copysignf(x, y))
 MTW_BUILTIN2(divide, x / y)
 MTW_BUILTIN2(fdim, __builtin_fdimf(x, y))
 MTW_BUILTIN2(fmax, mtw_math::fmax(x, y))
 MTW_BUILTIN2(fmin, mtw_math::fmin(x, y))
 MTW_BUILTIN2(fmod, __builtin_fmodf(x, y))
-MTW_BUILTIN2(pow, __builtin_powf(x, y))
-MTW_BUILTIN2(powr, x < 0.0f ? __builtin_nanf("") : __builtin_powf(x, y))
+MTW_BUILTIN2(pow, mtw_math::pow(x, y))
+MTW_BUILTIN2(powr, mtw_math::powr(x, y))
 MTW_BUILTIN2(step, y < x ? 0.0f : 1.0f)
 MTW_BUILTIN3(fma, __builtin_fmaf(x, y, z))
 MTW_BUILTIN3(fmax3, mtw_math::fmax(mtw_math::fmax(x, y), z))
