@@ -11,7 +11,6 @@ fiber runtime runs every threadgroup) → a `Completion`, with the sanitizer's r
 from __future__ import annotations
 
 import os
-import re
 import threading
 import time
 from collections.abc import Callable
@@ -30,25 +29,16 @@ from .instrument import Table
 from .isolation import Isolated, isolate_by_default
 from .lockstep import needs_lockstep
 from .memory import Memory
-from .sources import translation_unit
+from .sources import never_blocks, translation_unit
 
 __all__ = ["SimBackend"]
-
-# Calls that can suspend a thread. A kernel without any runs as plain loops per threadgroup
-# (see launcher.py); the runtime reports it if one slips through.
-_BLOCKING = re.compile(
-    r"\b(?:threadgroup_barrier|simdgroup_barrier|simd_\w+|quad_\w+|threadgroup|"
-    r"simdgroup_(?!index_in_threadgroup\b)\w+|schedule_row_tile)\b"
-)
-
 
 def _looks_barrier_free(program: Program) -> bool:
     """Whether the program's text never blocks (no barriers, SIMD-group functions or
     threadgroup memory); $MTWORK_SIM_BARRIER_FREE=0 turns the fast path off."""
     if os.environ.get("MTWORK_SIM_BARRIER_FREE", "1") == "0":
         return False
-    texts = [program.sources.text, *(t for _, t in program.sources.files)]
-    return not any(_BLOCKING.search(t) for t in texts)
+    return never_blocks(program)
 
 
 _PROGRAMS_KEPT = 1024

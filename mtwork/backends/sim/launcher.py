@@ -47,15 +47,22 @@ def call_arguments(params: Sequence[LaunchParam]) -> str:
     return ",\n          ".join(_argument(p) for p in params)
 
 
-def launcher_source(function: str, params: Sequence[LaunchParam]) -> str:
+def launcher_source(function: str, params: Sequence[LaunchParam], *,
+                    inline_loops: bool = True) -> str:
     """C++ for the two entry points, calling `function` (with template arguments, if any).
 
     `mtw_entry` runs one thread (the runtime's fibers take threads one after another, and
     a thread that blocks stays suspended on its fiber); having no loop of its own, the
     kernel inlined into it keeps its own code layout, by which the runtime orders
     diverged lanes. `mtw_entry_barrier_free` runs the group as nested loops the compiler
-    can vectorize, for kernels that never block.
+    can vectorize, for kernels that never block. With `inline_loops` (a kernel that can
+    run there), the kernel is inlined into the loops whatever its size: past the
+    inliner's threshold (a body calling two of the shim's math functions, such as
+    `sin(a) + cos(b)`, is over it) the loop would call it once a thread and stay scalar.
+    Other kernels keep the inliner's choice there: that entry never runs them, and
+    compiling a large kernel twice costs time.
     """
+    loop_call = "[[clang::always_inline]] " if inline_loops else ""
     args = call_arguments(params)
     return f"""
 #include "mtw_launch.h"
@@ -74,7 +81,7 @@ void mtw_entry_barrier_free(mtw_group* g, void* const* b) {{
       for (uint32_t x = 0; x < tx; ++x) {{
         const uint32_t i = (z * ty + y) * tx + x;
         const uint3 local = uint3(x, y, z);
-        {function}(
+        {loop_call}{function}(
           {args});
       }}
   g->next_thread = g->done = g->nthreads;

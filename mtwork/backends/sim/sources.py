@@ -11,6 +11,7 @@ originals, so ``#include "..."`` finds the rewritten neighbours.
 from __future__ import annotations
 
 import hashlib
+import re
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -26,9 +27,17 @@ from .launcher import LaunchParam, launcher_source
 from .rewrite import rewrite_msl
 from .translation import Translation
 
-__all__ = ["THREADGROUP_SLOT_BASE", "for_emulator", "rewriters_digest", "translation_unit"]
+__all__ = ["THREADGROUP_SLOT_BASE", "for_emulator", "never_blocks", "rewriters_digest",
+           "translation_unit"]
 
 Launcher = Callable[[str, Sequence[LaunchParam]], str]
+
+# Calls that can suspend a thread. A kernel without any runs as plain loops per threadgroup
+# (see launcher.py); the runtime reports it if one slips through.
+_BLOCKING = re.compile(
+    r"\b(?:threadgroup_barrier|simdgroup_barrier|simd_\w+|quad_\w+|threadgroup|"
+    r"simdgroup_(?!index_in_threadgroup\b)\w+|schedule_row_tile)\b"
+)
 
 # [[threadgroup(n)]] offsets follow the buffers in the launcher's table.
 THREADGROUP_SLOT_BASE = MAX_BUFFER_INDEX + 1
@@ -116,17 +125,27 @@ def _launch_param(p: Param) -> LaunchParam:
     return LaunchParam("buffer", p.type_text, slot=p.index)
 
 
-def translation_unit(program: Program, launcher: Launcher = launcher_source
+def never_blocks(program: Program) -> bool:
+    """Whether the program's text has no barrier, SIMD-group function or threadgroup
+    memory: then it can run as plain loops over each threadgroup's threads."""
+    texts = [program.sources.text, *(t for _, t in program.sources.files)]
+    return not any(_BLOCKING.search(t) for t in texts)
+
+
+def translation_unit(program: Program, launcher: Launcher | None = None
                      ) -> tuple[Translation, SourceTree]:
     """The C++ the emulator compiles for `program`: the defines, the prelude, the
     rewritten main file and the launcher that calls the kernel function (`launcher`
-    writes it; the fast engine has its own)."""
+    writes it: the fast engine has its own; by default `launcher_source`, with the
+    kernel forced into its plain loops where it can run in them)."""
     tree = source_tree(program)
     main = str(tree.main).replace("\\", "\\\\").replace('"', '\\"')
     prelude = program.sources.prelude
     if prelude and not prelude.endswith("\n"):
         prelude += "\n"
-    entry = launcher(program.function, [_launch_param(p) for p in program.params])
+    params = [_launch_param(p) for p in program.params]
+    entry = (launcher(program.function, params) if launcher is not None else
+             launcher_source(program.function, params, inline_loops=never_blocks(program)))
     head = f"{_METAL_TYPES}{program.defines}{prelude}"
     text = f'{head}#include "{main}"\n{entry}'
     return Translation(text, program.sources, tree.root, head), tree

@@ -260,9 +260,7 @@ MTW_INLINE float acos(float x) {
 
 // log2 a for a finite a > 0, in double to 2^-51 (relative): a = m 2^e with m in
 // [sqrt(1/2), sqrt(2)), log2 m = s (2 / ln 2 + z R(z)), s = (m - 1)/(m + 1), z = s^2 <=
-// 0.0295, R fitted to relative error 2^-52.1 of the whole. (This shape, two operations
-// shorter than 2s + s z Q(z) scaled, keeps a kernel calling pow just under the inliner's
-// threshold for its call in the loop over threads: cost 330 of 337.)
+// 0.0295, R fitted to relative error 2^-52.1 of the whole.
 MTW_INLINE double log2_in_double(float a) {
   int32_t e;
   double m = octave_split(a, e);
@@ -281,9 +279,10 @@ MTW_INLINE double log2_in_double(float a) {
 // 2^-44 (absolute) of the true value where the result is a finite float (|y log2 |x|| <
 // 150). Special values as C's pow: x^0 and 1^y are 1 (NaN or not); |x| = 0 or infinity and
 // |x| < 1 or > 1 with y infinite follow from log2 |x| = -inf, +inf, < 0 or > 0; the power
-// is 1 for (-1)^(+-inf); a finite x < 0 with a non-integer y gives NaN. Every value is
-// computed and then selected: a branch would lose the kernel the inliner's bonus for a
-// single basic block, and with it the plain loop's inlining.
+// is 1 for (-1)^(+-inf); a finite x < 0 with a non-integer y gives NaN, and a NaN x or y
+// one quiet NaN (the product's would be one operand's or the other's, as the vectorized
+// and the scalar code order them). Every value is computed and then selected, so that
+// the code is one basic block, which the loop over threads vectorizes.
 MTW_INLINE float pow(float x, float y) {
   float a = __builtin_fabsf(x);
   double log2_a = log2_in_double(a);
@@ -292,7 +291,7 @@ MTW_INLINE float pow(float x, float y) {
   double t = double(y) * log2_a;
   t = y == 0.0f || a == 1.0f ? 0.0 : t;
   double magnitude = exp2_in_double(exponent_range(t));
-  magnitude = t != t ? t : magnitude;  // NaN x or y
+  magnitude = t != t ? __builtin_nan("") : magnitude;  // NaN x or y
   bool integer = y == __builtin_rintf(y);  // infinities count as even integers
   bool odd = integer && 0.5f * y != __builtin_rintf(0.5f * y);
   float r = float(magnitude);
