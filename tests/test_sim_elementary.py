@@ -181,6 +181,7 @@ def test_plain_loops_and_fibers_give_the_same_bits(swept) -> None:
     ("out[i] = metal::cos(a[i]);", ["a"]),
     ("out[i] = metal::pow(a[i], b[i]);", ["a", "b"]),
     ("out[i] = metal::atan2(a[i], b[i]);", ["a", "b"]),
+    ("out[i] = metal::sqrt(a[i]) + metal::rsqrt(b[i]);", ["a", "b"]),  # no errno
     # a body over the inliner's threshold: inlined into the loop all the same
     ("out[i] = metal::sin(a[i]) + metal::cos(b[i]);", ["a", "b"]),
     ("out[i] = metal::pow(a[i], b[i]) * metal::exp(a[i]) + metal::atan2(b[i], a[i]);",

@@ -50,6 +50,9 @@ COMMON_FLAGS = (
     "-fconvergent-functions",
     # Float-to-integer conversions saturate (NaN gives 0), as GPU conversions do.
     "-fno-strict-float-cast-overflow",
+    # Metal has no errno: sqrt is an instruction, which a loop over threads vectorizes,
+    # not a call to the C library's for the errno of a negative argument.
+    "-fno-math-errno",
     # No peeling or unrolling of loops: a SIMD-group function inside a loop then stays one
     # call site, which the runtime's divergence handling relies on.
     "-fno-unroll-loops",
