@@ -267,8 +267,8 @@ def test_a_barrier_between_the_store_and_the_tile_load_lets_it_run_lane_by_lane(
     assert calls == ["@mtw_threadgroup_barrier", LANE_COLLECTIVE]
 
 
-# s = 0; for (j = x; j < 1000; j += 256) s += row[j]; barrier; row[x] = s * u, with u the
-# same in every thread
+# s = 0; for (j = x; j < 1000; j += 256) s += row[j] * row[j] + 1; barrier; row[x] = s * u,
+# with u the same in every thread
 REDUCTION = """
   %row = load ptr, ptr %1
   %k = load float, ptr %0
@@ -281,7 +281,9 @@ head:
   %s = phi float [ 0.0, %6 ], [ %s1, %head ]
   %p = getelementptr float, ptr %row, i64 %j
   %v = load float, ptr %p
-  %s1 = fadd float %s, %v
+  %sq = fmul float %v, %v
+  %t = fadd float %sq, 1.0
+  %s1 = fadd float %s, %t
   %j1 = add i64 %j, 256
   %more = icmp ult i64 %j1, 1000
   br i1 %more, label %head, label %done
@@ -314,13 +316,15 @@ def test_a_reduction_loop_runs_an_iteration_per_region_between_implicit_syncs() 
 
 
 @pytest.mark.parametrize("changes", [
-    [("  %s1 = fadd float %s, %v\n", "  %s1 = fadd float %s, %v\n  store float %s1, ptr %p\n")],
-    [("phi float [ 0.0, %6 ]", "phi i32 [ 0, %6 ]"), ("fadd float %s, %v", "add i32 %s, 1"),
+    [("  %s1 = fadd float %s, %t\n", "  %s1 = fadd float %s, %t\n  store float %s1, ptr %p\n")],
+    [("phi float [ 0.0, %6 ]", "phi i32 [ 0, %6 ]"), ("fadd float %s, %t", "add i32 %s, 1"),
      ("fmul float %s1, %u", "uitofp i32 %s1 to float")],
+    [("fmul float %v, %v", "bitcast float %v to float"), ("fadd float %sq, 1.0",
+                                                          "bitcast float %sq to float")],
     [("  %j1 = add i64 %j, 256\n",
       "  %j1 = add i64 %j, 256\n  call void @mtw_simd_collective(ptr %p, ptr %p, ptr @f)\n")],
-], ids=["stores", "carries no float", "SIMD-group functions"])
-def test_a_loop_that_stores_carries_no_float_or_meets_its_simd_group_is_left_alone(
+], ids=["stores", "carries no float", "one operation", "SIMD-group functions"])
+def test_a_loop_that_stores_carries_no_float_works_little_or_meets_its_simd_group_stays(
         changes: list[tuple[str, str]]) -> None:
     body = REDUCTION
     for old, new in changes:
