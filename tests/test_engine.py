@@ -8,13 +8,17 @@ read where the dispatch runs.
 
 from __future__ import annotations
 
+import threading
+
 import mlx.core as mx
 import numpy as np
 import pytest
 
 import mtwork
+from mtwork.backends import get as backend
 from mtwork.backends.sim import engine as sim_engine
 from mtwork.backends.sim.engine import EngineMismatch
+from mtwork.backends.sim.engine.build import build
 from mtwork.errors import KernelFault, ThreadgroupMemoryError
 
 RNG = np.random.default_rng(7)
@@ -174,6 +178,48 @@ def test_threads_that_return_before_a_barrier_send_the_kernel_to_fibers(engine) 
     assert kernel.last_engine.reason.endswith("it runs on fibers from now on")
 
 
+# Row sums of exp in three passes: the innermost loop is a float reduction that only
+# reads, so the fast engine runs each of its iterations for all threads at once (engine/
+# loops.py). With rows of 1000 floats, threads 0..231 go round it four times and the
+# others three, so they part at the loop's head and each runs on alone to the barrier,
+# through passes that start again at that head; `scale` is the same in every thread, kept
+# per thread across the loop's head all the same.
+PASSES = """
+    threadgroup float part[256];
+    uint t = thread_position_in_threadgroup.x;
+    const device float* x = inp + threadgroup_position_in_grid.y * N;
+    float total = 0.0f;
+    for (uint pass = 0; pass < 3; ++pass) {
+        float scale = 0.25f * float(pass + 1);
+        float s = 0.0f;
+        for (uint j = t; j < N; j += 256) s += metal::exp(x[j] * scale);
+        total += s * scale;
+    }
+    part[t] = total;
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    for (uint s = 128; s > 0; s >>= 1) {
+        if (t < s) part[t] += part[t + s];
+        threadgroup_barrier(mem_flags::mem_threadgroup);
+    }
+    if (t == 0) out[threadgroup_position_in_grid.y] = part[0];
+"""
+
+
+@pytest.mark.parametrize("columns", [1024, 1000])
+def test_reduction_loops_run_an_iteration_at_a_time_and_part_where_trip_counts_differ(
+        engine, columns: int) -> None:
+    engine("compare")  # the fiber engine runs it again and the bytes must agree
+    x = RNG.standard_normal((8, columns)).astype(np.float32)
+    kernel = mtwork.metal_kernel("engine_passes", ["inp"], ["out"], PASSES)
+    (out,) = kernel(inputs=[mx.array(x)], template=[("N", columns)], grid=(256, 8, 1),
+                    threadgroup=(256, 1, 1), output_shapes=[(8,)], output_dtypes=[mx.float32],
+                    isolate=False)
+    assert kernel.last_engine.name == "fast"
+    wide = x.astype(np.float64)
+    expected = sum(np.exp(wide * 0.25 * k).sum(1) * 0.25 * k for k in (1, 2, 3))
+    np.testing.assert_allclose(np.array(out), expected, rtol=1e-5)
+
+
 def test_a_fault_is_reported_by_the_fiber_engine(engine) -> None:
     engine("fast")
     kernel = mtwork.metal_kernel("engine_fault", ["inp"], ["out"], """
@@ -239,21 +285,30 @@ def test_the_sanitizer_and_the_profiler_run_on_fibers(engine) -> None:
     assert out[0] == 256
 
 
-def test_auto_builds_the_fast_library_once_fibers_took_as_long_as_a_build(
+def test_auto_builds_the_fast_library_beside_the_calls_once_fibers_took_long_enough(
         engine, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Small dispatches (tests') never pay for the fast engine's build; a kernel whose
-    calls have taken BUILD_AFTER_SECONDS on fibers gets it."""
+    """Small dispatches (tests') never pay for the fast engine's build; once a kernel's
+    calls have taken BUILD_AFTER_SECONDS on fibers its library is built in a thread while
+    the calls go on on fibers, and the first call after the build runs fast."""
     engine("auto")
     x = RNG.standard_normal(4 * 256).astype(np.float32)
     kernel = mtwork.metal_kernel("engine_lazy", ["inp"], ["out"],
                                  TREE_SUM.replace("partial", "lazy"))
     reference = call(kernel, x, 4)
     assert kernel.last_engine.name == "fibers"
-    assert "once its calls have taken 1 s on fibers" in kernel.last_engine.reason
+    assert "once its calls have taken 0.1 s on fibers" in kernel.last_engine.reason
     monkeypatch.setattr(sim_engine, "BUILD_AFTER_SECONDS", 0.0)
+    engines = backend("sim")._engines
+    gate = threading.Event()  # holds the build until this call has seen it under way
+    monkeypatch.setattr(sim_engine, "build", lambda program: gate.wait() and build(program))
+    beside = call(kernel, x, 4)
+    assert kernel.last_engine.name == "fibers"
+    assert "is being built; its calls run on fibers" in kernel.last_engine.reason
+    gate.set()
+    engines.wait_for_builds()
     fast = call(kernel, x, 4)
     assert kernel.last_engine.name == "fast"
-    assert fast.tobytes() == reference.tobytes()
+    assert fast.tobytes() == reference.tobytes() == beside.tobytes()
 
 
 def test_a_kernel_that_never_blocks_runs_as_plain_loops(engine) -> None:

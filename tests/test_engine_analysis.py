@@ -9,6 +9,7 @@ import pytest
 
 from mtwork.backends.sim.engine.cfg import Liveness
 from mtwork.backends.sim.engine.ir import IRError, parse_module
+from mtwork.backends.sim.engine.loops import mark_reduction_loops
 from mtwork.backends.sim.engine.regions import Regions, canonical, form_regions
 from mtwork.backends.sim.engine.separable import LANE_COLLECTIVE, run_lane_by_lane
 from mtwork.backends.sim.engine.slots import Kind, Plan, plan
@@ -63,7 +64,9 @@ class Analysed:
         return self.uniformity.uniform(self.names[name])
 
 
-def analysed(body: str) -> Analysed:
+def analysed(body: str, marked: int | None = None) -> Analysed:
+    """The pass's analyses of `body`; `marked`: first put implicit syncs into its
+    reduction loops (transform does), expecting that many loops marked."""
     module = parse_module(f"{HEADER}\n{body}\n{FOOTER}")
     original = module.functions["@mtw_engine_thread"]
     function = canonical(original)
@@ -72,6 +75,8 @@ def analysed(body: str) -> Analysed:
         for a, b in zip(before.instructions, after.instructions):
             if a.result:
                 names[a.result[1:]] = b.result
+    if marked is not None:
+        assert mark_reduction_loops(function) == marked
     regions = form_regions(function)
     liveness = Liveness.of(regions.function, regions.graph)
     roots = ("%g", "%buffers")
@@ -260,3 +265,70 @@ def test_a_tile_load_after_a_store_to_shared_memory_stays_a_sync_point() -> None
 def test_a_barrier_between_the_store_and_the_tile_load_lets_it_run_lane_by_lane() -> None:
     calls = lane_by_lane("store float 1.0, ptr %tile\n  call void @mtw_threadgroup_barrier(i32 2)")
     assert calls == ["@mtw_threadgroup_barrier", LANE_COLLECTIVE]
+
+
+# s = 0; for (j = x; j < 1000; j += 256) s += row[j] * row[j] + 1; barrier; row[x] = s * u,
+# with u the same in every thread
+REDUCTION = """
+  %row = load ptr, ptr %1
+  %k = load float, ptr %0
+  %u = fmul float %k, 2.0
+  %start = zext i32 %3 to i64
+  br label %head
+
+head:
+  %j = phi i64 [ %start, %6 ], [ %j1, %head ]
+  %s = phi float [ 0.0, %6 ], [ %s1, %head ]
+  %p = getelementptr float, ptr %row, i64 %j
+  %v = load float, ptr %p
+  %sq = fmul float %v, %v
+  %t = fadd float %sq, 1.0
+  %s1 = fadd float %s, %t
+  %j1 = add i64 %j, 256
+  %more = icmp ult i64 %j1, 1000
+  br i1 %more, label %head, label %done
+
+done:
+  call void @mtw_threadgroup_barrier(i32 2)
+  %q = getelementptr float, ptr %row, i64 %start
+  %w = fmul float %s1, %u
+  store float %w, ptr %q
+  ret void
+"""
+
+
+def test_a_reduction_loop_runs_an_iteration_per_region_between_implicit_syncs() -> None:
+    a = analysed(REDUCTION, marked=1)
+    head, done, barrier = a.regions.syncs
+    assert head.implicit and done.implicit and not barrier.implicit
+    iteration = a.regions.regions[a.regions.region_after(head.index)]
+    assert sorted(iteration.exits) == [head.index, done.index]  # again, or out of the loop
+    assert a.kind("j") is Kind.THREAD and a.kind("s") is Kind.THREAD
+    # Uniform, but threads pass the loop's head a different number of times (the trip
+    # count depends on x) and may then run on one by one: kept per thread across it,
+    # once per group across the barrier.
+    u = a.names["u"]
+    assert a.kind("u") is Kind.UNIFORM and a.plan.per_thread(u)
+    assert not a.plan.uniform_across(u, head.index)
+    assert a.plan.uniform_across(u, barrier.index)
+    # Threads that leave the loop at different times meet again at the barrier.
+    assert not _may_diverge(a.regions, a.uniformity.divergent_blocks)
+
+
+@pytest.mark.parametrize("changes", [
+    [("  %s1 = fadd float %s, %t\n", "  %s1 = fadd float %s, %t\n  store float %s1, ptr %p\n")],
+    [("phi float [ 0.0, %6 ]", "phi i32 [ 0, %6 ]"), ("fadd float %s, %t", "add i32 %s, 1"),
+     ("fmul float %s1, %u", "uitofp i32 %s1 to float")],
+    [("fmul float %v, %v", "bitcast float %v to float"), ("fadd float %sq, 1.0",
+                                                          "bitcast float %sq to float")],
+    [("  %j1 = add i64 %j, 256\n",
+      "  %j1 = add i64 %j, 256\n  call void @mtw_simd_collective(ptr %p, ptr %p, ptr @f)\n")],
+], ids=["stores", "carries no float", "one operation", "SIMD-group functions"])
+def test_a_loop_that_stores_carries_no_float_works_little_or_meets_its_simd_group_stays(
+        changes: list[tuple[str, str]]) -> None:
+    body = REDUCTION
+    for old, new in changes:
+        body = body.replace(old, new)
+    function = canonical(parse_module(f"{HEADER}\n{body}\n{FOOTER}").functions[
+        "@mtw_engine_thread"])
+    assert mark_reduction_loops(function) == 0

@@ -4,11 +4,12 @@ region (the code between two barriers) at a time, instead of one fiber per threa
 `Engines` decides, per dispatch, which engine runs a kernel: the fast one where it has a
 library for it and the kernel has not shown it needs fibers, else the fiber engine (the
 reference, and the sanitizer's). It says which ran and, when it was not the fast one,
-why (`Engine`). $MTWORK_SIM_ENGINE picks the policy: `auto` (the default: a kernel's fast
-library is built once its calls have taken `BUILD_AFTER_SECONDS` on fibers, about what
-the build costs, so small dispatches such as tests' never pay for it), `fast` (built at
-the first call), `fibers` (always the reference), or `compare` (both at the first call,
-where the fast one can run, with their written bytes required to be equal: the
+why (`Engine`). $MTWORK_SIM_ENGINE picks the policy: `auto` (the default: once a kernel's
+calls have taken `BUILD_AFTER_SECONDS` on fibers, its fast library is built in a thread
+of its own while the calls go on on fibers, and the first call after the build runs
+fast; small dispatches such as tests' never reach it), `fast` (built at the first call,
+which waits for it), `fibers` (always the reference), or `compare` (both at the first
+call, where the fast one can run, with their written bytes required to be equal: the
 differential test runs the conformance suite this way). $MTWORK_ENGINE_LOG names a file
 to which each dispatch appends one JSON line: the kernel, the engine that ran it and why.
 """
@@ -32,10 +33,16 @@ from .build import Built, build
 __all__ = ["MODES", "EngineMismatch", "Engines", "FastLibrary", "check_same", "engine_mode"]
 
 MODES = ("auto", "fast", "fibers", "compare")
-# Seconds of a kernel's calls on fibers after which `auto` builds its fast library: a
-# build takes about this long (three clang steps, bench/compile_latency.py).
-BUILD_AFTER_SECONDS = 1.0
+# Seconds of a kernel's calls on fibers after which `auto` starts building its fast
+# library. The build (three clang steps and the pass: 0.4 to 0.9 s of one core for the
+# benchmarks' kernels) runs beside the calls, which do not wait for it, so it may start
+# well before the calls have cost what it costs: one 0.1 s call on fibers is a large
+# problem (the fast engine runs such calls 2 to 15 times faster, docs/emulator-performance.md),
+# while tests' small dispatches take milliseconds.
+BUILD_AFTER_SECONDS = 0.1
 FAST, FIBERS, LOOPS = "fast", "fibers", "loops"
+_BUILDING = ("the fast engine's library for this kernel is being built; its calls run on "
+             "fibers until it is ready")
 
 
 @dataclass(frozen=True)
@@ -72,6 +79,7 @@ class Engines:
         self._built: dict[Path, Built] = {}  # by the fiber library's path
         self._needs_fibers: dict[Path, str] = {}
         self._fiber_seconds: dict[Path, float] = {}  # time each kernel spent on fibers
+        self._building: dict[Path, threading.Thread] = {}  # builds under way (`auto`)
         self._lock = threading.Lock()
 
     def library(self, program: Program, fibers: Path) -> tuple[FastLibrary | None, str]:
@@ -86,10 +94,8 @@ class Engines:
             spent = self._fiber_seconds.get(fibers, 0.0)
         if reason is not None:
             return None, reason
-        if built is None and mode == "auto" and spent < BUILD_AFTER_SECONDS:
-            return None, (f"the fast engine is built for a kernel once its calls have taken "
-                          f"{BUILD_AFTER_SECONDS:g} s on fibers ($MTWORK_SIM_ENGINE=fast "
-                          "builds it at the first call)")
+        if built is None and mode == "auto":
+            return None, self._build_beside(program, fibers, spent)
         if built is None:
             built = build(program)
             with self._lock:
@@ -97,6 +103,38 @@ class Engines:
         if built.path is None:
             return None, f"the fast engine cannot run this kernel: {built.refused}"
         return FastLibrary.load(built.path), ""
+
+    def _build_beside(self, program: Program, fibers: Path, spent: float) -> str:
+        """`auto`: starts the build of `program`'s fast library in a thread of its own once
+        its calls have taken BUILD_AFTER_SECONDS on fibers; why this call runs on fibers."""
+        with self._lock:
+            if fibers in self._building:
+                return _BUILDING
+            if spent < BUILD_AFTER_SECONDS:
+                return (f"the fast engine is built for a kernel once its calls have taken "
+                        f"{BUILD_AFTER_SECONDS:g} s on fibers ($MTWORK_SIM_ENGINE=fast "
+                        "builds it at the first call)")
+            thread = threading.Thread(target=self._build_in_thread, args=(program, fibers),
+                                      name=f"mtwork-engine-build-{program.label}")
+            self._building[fibers] = thread
+        thread.start()
+        return _BUILDING
+
+    def _build_in_thread(self, program: Program, fibers: Path) -> None:
+        try:
+            built = build(program)
+        except Exception as exc:  # noqa: BLE001 - the kernel stays on fibers, saying why
+            built = Built(None, f"its build failed: {exc}")
+        with self._lock:
+            self._built[fibers] = built
+            del self._building[fibers]
+
+    def wait_for_builds(self, timeout: float | None = None) -> None:
+        """Waits for the fast libraries being built in the background (`auto`)."""
+        with self._lock:
+            threads = list(self._building.values())
+        for thread in threads:
+            thread.join(timeout)
 
     def ran_on_fibers(self, fibers: Path, seconds: float) -> None:
         """Counts the time a call of the kernel of `fibers` took on the fiber engine."""

@@ -60,7 +60,7 @@ def engine_launcher(function: str, params: Sequence[LaunchParam]) -> str:
 extern "C" __attribute__((visibility("default")))
 void mtw_engine_thread(mtw_group* g, void* const* b, uint32_t i, uint32_t x, uint32_t y,
                        uint32_t z) {{
-  const uint3 local = uint3(x, y, z);
+  const mtw_engine_local local = {{x, y, z}};
   {function}(
           {call_arguments(params)});
 }}

@@ -34,10 +34,11 @@ REGION_PARAMS = ("ptr noalias %g", "ptr noalias %buffers", "ptr noalias %ctx",
 
 
 # The context's first fields, include/mtw_engine.h's mtw_engine_frame: each thread's
-# threadgroup-memory cursor, position (x, y, z), and the arguments it hands to a
-# SIMD-group function; then the offsets of the threadgroup variables.
-FRAME = (f"[{CONTEXT_THREADS} x i32]",) * 4 + (f"[{CONTEXT_THREADS} x ptr]",) * 2
-INS, OUTS, SITES = 4, 5, 6
+# threadgroup-memory cursor, position (x, y, z), the region it goes to next, and the
+# arguments it hands to a SIMD-group function; then the offsets of the threadgroup
+# variables.
+FRAME = (f"[{CONTEXT_THREADS} x i32]",) * 5 + (f"[{CONTEXT_THREADS} x ptr]",) * 2
+NEXT, INS, OUTS, SITES = 4, 5, 6, 7
 
 
 @dataclass
@@ -69,7 +70,7 @@ class Layout:
             if plan.kinds[value] is Kind.UNIFORM:
                 layout.uniform_fields[value] = len(layout.uniform_types)
                 layout.uniform_types.append(plan.types[value].text)
-            else:
+            if plan.per_thread(value):
                 layout.thread_fields[value] = len(layout.context_types)
                 layout.context_types.append(f"[{CONTEXT_THREADS} x {plan.types[value].text}]")
         return layout
@@ -138,9 +139,10 @@ class _Writer:
         for value in self.allocas_in:
             self._alloca(value, self.plan.definitions[value])
         have: dict[str, str] = {}
+        entry_sync = self.region.index - 1  # stored_in is empty in region 0
         for value in self.stored_in:
             address = self.fresh("in.addr")
-            if self.plan.kinds[value] is Kind.UNIFORM:
+            if self.plan.uniform_across(value, entry_sync):
                 self.emit(f"{address} = {self.layout.uniform_slot(value, '%uin')}")
             else:
                 self.emit(f"{address} = {self.layout.thread_slot(value)}")
@@ -246,7 +248,7 @@ class _Writer:
                 current = self.fresh("out")
                 address = self.fresh("out.addr")
                 self.emit(f"{current} = load {t}, ptr {value}.cur")
-                if self.plan.kinds[value] is Kind.UNIFORM:
+                if self.plan.uniform_across(value, k):
                     self.emit(f"{address} = {self.layout.uniform_slot(value, '%uout')}")
                 else:
                     self.emit(f"{address} = {self.layout.thread_slot(value)}")
@@ -254,10 +256,14 @@ class _Writer:
             self.emit(f"ret i32 {self.plan.regions.region_after(k)}")
 
 
-def region_function(plan: Plan, layout: Layout, region: Region, attributes: str) -> str:
-    """The IR of `region`'s function, `@mtw.region.<index>`."""
+def region_function(plan: Plan, layout: Layout, region: Region, attributes: str,
+                    independent: bool = False) -> str:
+    """The IR of `region`'s function, `@mtw.region.<index>`. `independent`: its loop over
+    threads is marked parallel (include/mtw_engine.h, mtw_engine_run_independent), which
+    the vectorizer takes only if every access in it carries the mark; parameters marked
+    `noalias` would add scope declarations, inlined into the loop, that do not."""
     writer = _Writer(plan, layout, region)
-    params = ", ".join(REGION_PARAMS)
+    params = ", ".join(p.replace("noalias ", "") if independent else p for p in REGION_PARAMS)
     writer.lines.append(f"define internal i32 @mtw.region.{region.index}({params}) "
                         f"{attributes} {{")
     writer.prologue()

@@ -25,6 +25,7 @@ __all__ = ["THREAD_PARAMS", "Region", "Regions", "SyncPoint", "canonical", "form
 THREAD_PARAMS = ("%g", "%buffers", "%i", "%x", "%y", "%z")
 BARRIER = "@mtw_threadgroup_barrier"
 COLLECTIVE = "@mtw_simd_collective"  # SIMD-group functions: (in, out, combine)
+LOOP_SYNC = "@mtw_engine_loop_sync"  # the head of a reduction loop (loops.py)
 
 
 @dataclass(frozen=True)
@@ -37,6 +38,7 @@ class SyncPoint:
     call: Instruction
     arguments: tuple[str, ...] = ()  # a SIMD-group function's `in` and `out` pointers
     combine: str = ""  # ... and the function that completes it
+    implicit: bool = False  # no barrier: threads may pass it a different number of times
 
     @property
     def is_barrier(self) -> bool:
@@ -84,8 +86,9 @@ def canonical(function: Function) -> Function:
 
 
 def _sync_point(k: int, inst: Instruction) -> SyncPoint:
-    if inst.callee == BARRIER:
-        return SyncPoint(k, f"%sync.{k}", f"%resume.{k}", inst)
+    if inst.callee in (BARRIER, LOOP_SYNC):
+        return SyncPoint(k, f"%sync.{k}", f"%resume.{k}", inst,
+                         implicit=inst.callee == LOOP_SYNC)
     args = re.search(r"\((.*)\)", inst.text[inst.text.index(COLLECTIVE):])
     parts = [a.strip().split()[-1] for a in (args.group(1).split(",") if args else [])]
     if len(parts) != 3 or not parts[2].startswith("@") or not all(
@@ -104,7 +107,7 @@ def _split(function: Function) -> tuple[Function, list[SyncPoint]]:
         current = Block(block.name)
         blocks.append(current)
         for inst in block.instructions:
-            if inst.callee not in (BARRIER, COLLECTIVE):
+            if inst.callee not in (BARRIER, COLLECTIVE, LOOP_SYNC):
                 current.instructions.append(inst)
                 continue
             sync = _sync_point(len(syncs), inst)

@@ -7,7 +7,10 @@
 - a value the engine can compute again from values it has (addresses, indices: integer
   and pointer arithmetic, loads from the buffer table) is recomputed where needed;
 - a uniform value (the same in every thread) is kept once per threadgroup, so the loops
-  over threads see it as loop-invariant (and vectorize addresses built from it);
+  over threads see it as loop-invariant (and vectorize addresses built from it); across
+  an implicit sync (loops.py) it is kept per thread as well: threads may pass one a
+  different number of times, each on by itself, and the group's record would then hold
+  another thread's value of another iteration;
 - any other value is kept per thread in the context.
 """
 
@@ -62,6 +65,15 @@ class Plan:
     def stored(self) -> list[str]:
         """Every value kept in memory, in a stable order."""
         return sorted({v for vs in self.stored_at for v in vs}, key=_order)
+
+    def uniform_across(self, value: str, sync: int) -> bool:
+        """Whether `value` is kept once per group across sync point `sync`."""
+        return self.kinds[value] is Kind.UNIFORM and not self.regions.syncs[sync].implicit
+
+    def per_thread(self, value: str) -> bool:
+        """Whether `value` has a slot per thread: kept so across some sync point."""
+        return any(value in stored and not self.uniform_across(value, k)
+                   for k, stored in enumerate(self.stored_at))
 
     def context_allocas(self) -> list[str]:
         return sorted((v for v, k in self.kinds.items() if k is Kind.CONTEXT_ALLOCA),

@@ -14,8 +14,9 @@ import re
 from dataclasses import dataclass
 
 from .cfg import Liveness
-from .emit import Layout, region_function
+from .emit import NEXT, Layout, region_function
 from .ir import Function, Instruction, IRError, Module, parse_module
+from .loops import mark_reduction_loops
 from .regions import BARRIER, COLLECTIVE, Regions, canonical, form_regions
 from .separable import run_lane_by_lane
 from .slots import plan
@@ -84,42 +85,17 @@ def _rewrite_runtime_calls(function: Function) -> int:
     return sites
 
 
-def _driver(regions: Regions, sites: int, attributes: str, apart: str) -> str:
-    """The entry the runtime calls for each threadgroup, the dispatcher over the region
-    functions and the table of what completes each sync point. With SIMD-group functions,
-    each region's loop over a SIMD-group's lanes is a function of its own (attribute group
-    `apart`: never inlined), which gets the registers to itself."""
-    simd = any(not s.is_barrier for s in regions.syncs)
-    count = len(regions.regions)
-    if simd:
-        loop = ("@mtw_engine_lanes(ptr %g, ptr %buffers, ptr %ctx, ptr %uin, ptr %uout, "
-                "ptr @mtw.region.{k}, i32 %first, i32 %count)")
-    else:
-        loop = ("@mtw_engine_run(ptr %g, ptr %buffers, ptr %ctx, ptr %uin, ptr %uout, "
-                "ptr @mtw.region.{k})")
-    cases = "\n".join(f"    i32 {k}, label %r.{k}" for k in range(count))
-    header = ("ptr %g, ptr %buffers, ptr %ctx, ptr %uin, ptr %uout, i32 %first, i32 %count")
-    lanes = ""
-    if simd:
-        lanes = "\n".join(
-            f"define internal i32 @mtw.lanes.{k}({header}) {apart} {{\n"
-            f"  %n = call i32 {loop.format(k=k)}\n  ret i32 %n\n}}\n" for k in range(count))
-        loop = "@mtw.lanes.{k}(" + header + ")"
-    runs = "\n".join(f"r.{k}:\n  %n.{k} = call i32 {loop.format(k=k)}\n  ret i32 %n.{k}"
-                     for k in range(count))
-    combines = ", ".join(f"ptr {s.combine or 'null'}" for s in regions.syncs)
-    table = (f"[{len(regions.syncs)} x ptr] [{combines}]" if regions.syncs
-             else "[0 x ptr] zeroinitializer")
-    drive = "@mtw_engine_drive_simd" if simd else "@mtw_engine_drive_group"
-    arguments = "ptr %g, ptr %buffers, ptr %ctx, ptr %uin, ptr %uout, i64 %uni, ptr @mtw.regions"
-    if simd:
-        arguments += ", ptr @mtw.combines"
-    return f"""{lanes}
-@mtw.combines = internal constant {table}
-
-define internal i32 @mtw.regions(i32 %r, {header}) {attributes} {{
+def _dispatcher(name: str, calls: list[str], header: str, attributes: str,
+                prologue: str = "") -> str:
+    """A function running region %r (`calls[r]`: its loop over threads) and returning
+    where the threads went."""
+    cases = "\n".join(f"    i32 {k}, label %r.{k}" for k in range(len(calls)))
+    runs = "\n".join(f"r.{k}:\n  %n.{k} = call i32 {call}\n  ret i32 %n.{k}"
+                     for k, call in enumerate(calls))
+    return f"""
+define internal i32 {name}(i32 %r, {header}) {attributes} {{
 entry:
-  switch i32 %r, label %none [
+{prologue}  switch i32 %r, label %none [
 {cases}
   ]
 
@@ -128,6 +104,65 @@ entry:
 none:
   ret i32 -2
 }}
+"""
+
+
+def _iterations(regions: Regions) -> set[int]:
+    """The regions that are one iteration of a reduction loop (loops.py): they start at
+    the loop's head and can end there again."""
+    return {regions.region_after(k) for k, sync in enumerate(regions.syncs)
+            if sync.implicit and k in regions.regions[regions.region_after(k)].exits}
+
+
+def _driver(regions: Regions, sites: int, attributes: str, apart: str,
+            independent: set[int]) -> str:
+    """The entry the runtime calls for each threadgroup, the dispatcher over the region
+    functions and the table of what completes each sync point. With SIMD-group functions,
+    each region's loop over a SIMD-group's lanes is a function of its own (attribute group
+    `apart`: never inlined), which gets the registers to itself."""
+    simd = any(not s.is_barrier for s in regions.syncs)
+    implicit = any(s.implicit for s in regions.syncs)
+    count = len(regions.regions)
+    lanes_loop = ("@mtw_engine_lanes(ptr %g, ptr %buffers, ptr %ctx, ptr %uin, ptr %uout, "
+                  "ptr @mtw.region.{k}, i32 %first, i32 %count)")
+    if simd:
+        loop = lanes_loop
+    else:
+        loop = ("@mtw_engine_run(ptr %g, ptr %buffers, ptr %ctx, ptr %uin, ptr %uout, "
+                f"ptr @mtw.region.{{k}}, ptr {'%next' if implicit else 'null'})")
+    loops = [loop.format(k=k).replace("@mtw_engine_run(", "@mtw_engine_run_independent(")
+             if k in independent else loop.format(k=k) for k in range(count)]
+    header = ("ptr %g, ptr %buffers, ptr %ctx, ptr %uin, ptr %uout, i32 %first, i32 %count")
+    lanes = ""
+    if simd:
+        lanes = "\n".join(
+            f"define internal i32 @mtw.lanes.{k}({header}) {apart} {{\n"
+            f"  %n = call i32 {loops[k]}\n  ret i32 %n\n}}\n" for k in range(count))
+        loops = [f"@mtw.lanes.{k}({header})" for k in range(count)]
+    combines = ", ".join(f"ptr {s.combine or 'null'}" for s in regions.syncs)
+    table = (f"[{len(regions.syncs)} x ptr] [{combines}]" if regions.syncs
+             else "[0 x ptr] zeroinitializer")
+    drive = "@mtw_engine_drive_simd" if simd else "@mtw_engine_drive_group"
+    arguments = "ptr %g, ptr %buffers, ptr %ctx, ptr %uin, ptr %uout, i64 %uni, ptr @mtw.regions"
+    dispatchers = _dispatcher("@mtw.regions", loops, header, attributes,
+                              "  %next = getelementptr inbounds %mtw.ctx, ptr %ctx, i64 0, "
+                              f"i32 {NEXT}\n" if implicit else "")
+    if simd:
+        arguments += ", ptr @mtw.combines"
+    elif implicit:
+        dispatchers += _dispatcher("@mtw.regions.one",
+                                   [lanes_loop.format(k=k) for k in range(count)], header,
+                                   attributes)
+        flags = ", ".join(f"i8 {int(k > 0 and regions.syncs[k - 1].implicit)}"
+                          for k in range(count))
+        dispatchers += f"\n@mtw.implicit = internal constant [{count} x i8] [{flags}]\n"
+        arguments += ", ptr @mtw.regions.one, ptr @mtw.implicit"
+    else:
+        arguments += ", ptr null, ptr null"
+    return f"""{lanes}
+@mtw.combines = internal constant {table}
+
+{dispatchers}
 
 define void @mtw_entry_barrier_free(ptr noalias %g, ptr noalias %buffers) {attributes} {{
 entry:
@@ -183,17 +218,37 @@ def _kept_apart(module_text: str, attributes: str) -> tuple[str, str]:
 
 def _may_diverge(regions: Regions, divergent_blocks: set[str]) -> bool:
     """Whether some threads may leave a region another way than others: a region with two
-    ways out (barriers, or a barrier and the return) leaves by one of them from a block
-    that only some threads run."""
+    ways out (barriers, or a barrier and the return; through implicit syncs, the ways out
+    of the regions after them: threads part there and meet again) leaves by one of them
+    from a block that only some threads run."""
     function = regions.function.block_map()
     stops = {s.block for s in regions.syncs}
     for region in regions.regions:
         leaving = [b for b in region.blocks if function[b].terminator.opcode == "ret"
                    or set(regions.graph.succ[b]) & stops]
-        ways = len(region.exits) + any(function[b].terminator.opcode == "ret" for b in leaving)
-        if ways > 1 and set(leaving) & divergent_blocks:
+        if len(_ways_out(regions, region.index)) > 1 and set(leaving) & divergent_blocks:
             return True
     return False
+
+
+def _ways_out(regions: Regions, first: int) -> set[int]:
+    """The barriers (and -1, the return) at which threads starting region `first` stop,
+    passing implicit syncs."""
+    function = regions.function.block_map()
+    ways: set[int] = set()
+    seen, work = {first}, [first]
+    while work:
+        region = regions.regions[work.pop()]
+        if any(function[b].terminator.opcode == "ret" for b in region.blocks):
+            ways.add(-1)
+        for k in region.exits:
+            after = regions.region_after(k)
+            if not regions.syncs[k].implicit:
+                ways.add(k)
+            elif after not in seen:
+                seen.add(after)
+                work.append(after)
+    return ways
 
 
 def _check_calls(function: Function, defined: set[str]) -> None:
@@ -223,6 +278,7 @@ def transform(module_text: str) -> Transformed:
         raise IRError("a value is named like a type")
     sites = _rewrite_runtime_calls(function)
     run_lane_by_lane(function)
+    mark_reduction_loops(function)
     regions = form_regions(function)
     regions.named_types = named_types(module_text)
     liveness = Liveness.of(regions.function, regions.graph)
@@ -232,7 +288,9 @@ def transform(module_text: str) -> Transformed:
     decided = plan(regions, liveness, uniformity, invariant_loads(regions.function, roots))
     layout = Layout.of(decided, sites)
     attributes = _attributes(original.header)
-    texts = [region_function(decided, layout, r, attributes) for r in regions.regions]
+    independent = _iterations(regions)
+    texts = [region_function(decided, layout, r, attributes, r.index in independent)
+             for r in regions.regions]
     pieces: list[str | Function] = []
     for piece in module.pieces:
         if isinstance(piece, Function):
@@ -245,7 +303,7 @@ def transform(module_text: str) -> Transformed:
     if any(not s.is_barrier for s in regions.syncs):
         apart, apart_definition = _kept_apart(module_text, attributes)
         pieces.append(apart_definition)
-    pieces.append(_driver(regions, sites, attributes, apart))
+    pieces.append(_driver(regions, sites, attributes, apart, independent))
     may_diverge = _may_diverge(regions, uniformity.divergent_blocks)
     pieces.append(f"@mtw_engine_may_diverge = constant i32 {int(may_diverge)}")
     text = Module(pieces).text()
