@@ -34,12 +34,14 @@ __all__ = ["MODES", "EngineMismatch", "Engines", "FastLibrary", "check_same", "e
 
 MODES = ("auto", "fast", "fibers", "compare")
 # Seconds of a kernel's calls on fibers after which `auto` starts building its fast
-# library. The build (three clang steps and the pass: 0.4 to 0.9 s of one core for the
-# benchmarks' kernels) runs beside the calls, which do not wait for it, so it may start
-# well before the calls have cost what it costs: one 0.1 s call on fibers is a large
-# problem (the fast engine runs such calls 2 to 15 times faster, docs/emulator-performance.md),
-# while tests' small dispatches take milliseconds.
-BUILD_AFTER_SECONDS = 0.1
+# library: about what the build costs (three clang steps and the pass, 0.4 to 0.9 s of one
+# core for the benchmarks' kernels, more beside calls that use both cores), the rent or
+# buy rule. The build runs beside the calls, which do not wait for it. Sooner costs the
+# kernels that are called a few times, such as a sweep's configurations: the gated-delta
+# notebook's WY sweep (16 kernels, a few calls of 0.1 to 0.2 s each) took 46.5 s with the
+# builds starting after 0.1 s, 36.3 s after 1 s. A long loop of one kernel is fast after
+# its first seconds either way; `MTWORK_SIM_ENGINE=fast` builds at the first call.
+BUILD_AFTER_SECONDS = 1.0
 FAST, FIBERS, LOOPS = "fast", "fibers", "loops"
 _BUILDING = ("the fast engine's library for this kernel is being built; its calls run on "
              "fibers until it is ready")
