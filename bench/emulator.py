@@ -20,7 +20,7 @@ import uuid
 
 import mlx.core as mx
 import numpy as np
-from _timing import interleaved
+from _timing import interleaved, interleaved_times, paired
 
 import mtwork
 
@@ -60,16 +60,21 @@ def report(label: str, ratios: list[float], target: float | None = None) -> None
 
 
 def bench_exp(n: int, rounds: int) -> None:
+    """The whole call, isolated (the default: inputs copied into the worker's arena,
+    outputs out of it) and in this process, each against numpy, in the same rounds."""
     x = mx.random.normal((n,))
     xn = np.array(x)
     k = mtwork.metal_kernel("bench_exp", ["inp"], ["out"], EXP)
 
-    def emulator():
-        return k(inputs=[x], grid=(n, 1, 1), threadgroup=(256, 1, 1),
-                 output_shapes=[(n,)], output_dtypes=[mx.float32])
+    def emulator(isolate: bool):
+        return lambda: k(inputs=[x], grid=(n, 1, 1), threadgroup=(256, 1, 1),
+                         output_shapes=[(n,)], output_dtypes=[mx.float32], isolate=isolate)
 
-    report(f"(a) elementwise exp, {n:,} floats", interleaved(emulator, lambda: np.exp(xn), rounds),
-           4)
+    times = interleaved_times({"isolated": emulator(True), "in-process": emulator(False),
+                               "numpy": lambda: np.exp(xn)}, rounds)
+    for side in ("isolated", "in-process"):
+        report(f"(a) elementwise exp, {n:,} floats, {side}",
+               paired(times[side], times["numpy"]), 1.5)
 
 
 def bench_tree_sum(n: int, rounds: int) -> None:
