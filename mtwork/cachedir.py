@@ -89,12 +89,17 @@ def cache_dir() -> Path:
     return _usable(_chosen())
 
 
+def _builds() -> Path:
+    """The cache's folder of builds in progress (and of what killed ones left)."""
+    builds = cache_dir() / _BUILDS_NAME
+    builds.mkdir(exist_ok=True)
+    return builds
+
+
 def work_dir() -> Path:
     """A fresh folder of the cache to build in, named after this process so that what a
     killed build leaves is recognised and removed later."""
-    builds = cache_dir() / _BUILDS_NAME
-    builds.mkdir(exist_ok=True)
-    return Path(tempfile.mkdtemp(dir=builds, prefix=f"tmp-{os.getpid()}-"))
+    return Path(tempfile.mkdtemp(dir=_builds(), prefix=f"tmp-{os.getpid()}-"))
 
 
 def _alive(pid: int) -> bool:
@@ -158,9 +163,7 @@ def seal(path: Path, final: Path | None = None) -> None:
     """Records the seal of artefact `path` (a file or a folder), for it as `final`."""
     target = _seal_path(final or path)
     target.parent.mkdir(parents=True, exist_ok=True)
-    builds = cache_dir() / _BUILDS_NAME
-    builds.mkdir(exist_ok=True)
-    tmp = builds / f"tmp-{os.getpid()}-{secrets.token_hex(4)}-{target.name}"
+    tmp = _builds() / f"tmp-{os.getpid()}-{secrets.token_hex(4)}-{target.name}"
     tmp.write_text(_digest_of(path))
     os.replace(tmp, target)
 
@@ -213,7 +216,7 @@ def max_size() -> int:
     return int(float(m.group(1)) * scale)
 
 
-# Not artefacts:
+# Entries of the cache folder that are not artefacts, so never evicted.
 _KEPT = frozenset({_KEY_NAME, _USAGE_NAME, _BUILDS_NAME, "zig", "preprocess-stubs"})
 
 

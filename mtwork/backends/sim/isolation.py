@@ -245,7 +245,10 @@ class Isolated:
                 raise
             except (ChannelClosed, OSError):
                 status = self._stop()
-                self._start()  # the next call's worker, importing while the caller looks
+                # The next call's worker, importing while the caller looks (if it cannot
+                # start now, the next call says why).
+                with contextlib.suppress(OSError):
+                    self._start()
                 if self._cancelled:
                     raise KernelCancelled(program.label, "stopped before it ended") from None
                 raise KernelFault(program.label, _death(status)) from None

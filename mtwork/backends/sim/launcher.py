@@ -48,7 +48,7 @@ def call_arguments(params: Sequence[LaunchParam]) -> str:
 
 
 def launcher_source(function: str, params: Sequence[LaunchParam], *,
-                    inline_loops: bool = True) -> str:
+                    inline_loops: bool) -> str:
     """C++ for the two entry points, calling `function` (with template arguments, if any).
 
     `mtw_entry` runs one thread (the runtime's fibers take threads one after another, and

@@ -15,7 +15,7 @@ import re
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from functools import cache
+from functools import cache, lru_cache
 from pathlib import Path
 
 from ... import cachedir
@@ -125,6 +125,7 @@ def _launch_param(p: Param) -> LaunchParam:
     return LaunchParam("buffer", p.type_text, slot=p.index)
 
 
+@lru_cache(maxsize=1024)  # asked at every dispatch; a large source takes milliseconds
 def never_blocks(program: Program) -> bool:
     """Whether the program's text has no barrier, SIMD-group function or threadgroup
     memory: then it can run as plain loops over each threadgroup's threads."""
