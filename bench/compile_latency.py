@@ -61,7 +61,7 @@ def _newest_library_bytes() -> int:
 def _measure(debug_info: bool, libraries: list[str], count: int) -> dict:
     """Runs in a fresh process: times the first `count` kernels of each library."""
     import mtwork
-    from mtwork.backends.sim import compiler
+    from mtwork.backends.sim.compile import compiler
 
     if debug_info:
         compiler.NO_DEBUG_INFO = ()
@@ -99,7 +99,7 @@ def _cold_start(work: Path) -> dict[str, float]:
 
 def _cold_stages() -> dict[str, float]:
     """Runs in a fresh process on an empty cache."""
-    from mtwork.backends.sim import compiler
+    from mtwork.backends.sim.compile import compiler
 
     stages = {}
     start = time.perf_counter()

@@ -59,7 +59,7 @@ def call(tag):
       output_shapes=[(32,)], output_dtypes=[mx.float32])
     return k.last_engine.name
 if mode == "stages":
-    from mtwork.backends.sim import compiler
+    from mtwork.backends.sim.compile import compiler
     out = {}
     for name, step in (("runtime", compiler.runtime_library),
                        ("MLX headers", compiler.prelude_dir),

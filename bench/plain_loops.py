@@ -28,7 +28,7 @@ from _timing import Spread, interleaved_times, paired
 
 import mtwork
 from mtwork.backends import get
-from mtwork.backends.sim import runtime
+from mtwork.backends.sim.run import runtime
 
 
 @dataclass(frozen=True)

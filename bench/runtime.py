@@ -19,7 +19,7 @@ import mlx.core as mx
 import numpy as np
 
 import mtwork
-from mtwork.backends.sim import compiler
+from mtwork.backends.sim.compile import compiler
 
 THREADS = 256
 GROUPS = 64

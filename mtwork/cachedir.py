@@ -3,7 +3,8 @@ rewritten sources, preprocessed listings — and how it keeps it safe.
 
 - Where: $MTWORK_CACHE_DIR, else ``$XDG_CACHE_HOME/mtwork`` or ``~/.cache/mtwork``;
   made private to the user (mode 0700). A folder that cannot be written, or belongs to
-  someone else, is replaced by a temporary one, with a warning.
+  someone else, is replaced by a temporary one, with a warning, removed at exit; the
+  emulator's worker process uses the folder its parent settled on.
 - Integrity: every artefact is *sealed* when it is published — an HMAC of its bytes under
   a key only the user can read (``.seal-key``, mode 0600) — and checked before it is
   used. A truncated, zeroed or changed artefact is rebuilt, never loaded: nobody who can
@@ -21,6 +22,7 @@ rewritten sources, preprocessed listings — and how it keeps it safe.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import hashlib
 import hmac
@@ -79,6 +81,7 @@ def _usable_once(path: Path) -> Path:
     except OSError as exc:
         reason = f"it cannot be written ({exc.strerror or exc})"
     fallback = Path(tempfile.mkdtemp(prefix="mtwork-cache-"))
+    atexit.register(shutil.rmtree, fallback, ignore_errors=True)  # this process's alone
     warnings.warn(f"mtwork's cache {path} is not usable ({reason}); using {fallback} for "
                   f"this process (set MTWORK_CACHE_DIR to choose another)", stacklevel=3)
     return fallback

@@ -20,6 +20,7 @@ import numpy as np
 from . import dtypes
 from .backends import compile as compile_program
 from .backends import get as get_backend
+from .backends import hold
 from .backends import run as run_program
 from .buffers import to_mx
 from .dispatch import (
@@ -116,6 +117,7 @@ class MetalKernel:
         checks.validate_compile_options(self.compile_options)
         if self.backend is not None:
             get_backend(self.backend)
+        hold(self)  # the emulator's worker lives while a kernel does
 
     def with_texts(self, *, source: str | None = None, header: str | None = None
                    ) -> MetalKernel:

@@ -15,6 +15,7 @@ import mlx.core as mx
 import numpy as np
 
 from .backends import compile as compile_program
+from .backends import hold
 from .backends import run as run_program
 from .buffers import to_mx
 from .dispatch import (
@@ -83,6 +84,7 @@ class Kernel:
         self.last_sanitizer_report: SanitizerReport | None = None
         self.last_engine: Engine | None = None
         self.last_counters: Counters | None = None
+        hold(self)  # the emulator's worker lives while a kernel does
         unsupported = [p for p in signature.params if p.kind == "unsupported"]
         if unsupported:
             p = unsupported[0]

@@ -55,7 +55,7 @@ _LOSSES_RACE = tuple(f"threadgroup memory race in kernel `{k}`, write of `shared
 #   next SIMD-group's scratch or the output tile other lanes zeroed just before (benign on
 #   the GPU: every write is a zero);
 # - it relies on a SIMD-group's lanes touching threadgroup memory in lockstep (sim runs
-#   it so, see backends/sim/lockstep.py), which MSL leaves undefined without a
+#   it so, see backends/sim/compile/lockstep.py), which MSL leaves undefined without a
 #   simdgroup_barrier: lane 0 writes the sums and maxima into `ss` after the other lanes
 #   read the scores there (line 570, head size 128: one lane per element, no SIMD-group
 #   function between) and, in the reduce across SIMD-groups, over the values the lanes

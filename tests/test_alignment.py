@@ -9,8 +9,9 @@ import numpy as np
 import pytest
 
 import mtwork
-from mtwork.backends.sim import compiler, memory
-from mtwork.backends.sim.arena import guarded
+from mtwork.backends.sim.compile import compiler
+from mtwork.backends.sim.run import memory
+from mtwork.backends.sim.run.arena import guarded
 from mtwork.msl import body
 from mtwork.msl.alignment import declares_alignment
 

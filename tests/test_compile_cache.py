@@ -14,8 +14,8 @@ import numpy as np
 
 import mtwork
 from mtwork import cachedir
-from mtwork.backends.sim import compiler, linking, precompiled
-from mtwork.backends.sim.sources import translation_unit
+from mtwork.backends.sim.compile import compiler, linking, precompiled
+from mtwork.backends.sim.compile.sources import translation_unit
 from mtwork.dispatch import Program
 from mtwork.msl.lexing import code_mask
 from mtwork.toolchain import run_clang

@@ -45,7 +45,7 @@ REPRESENTATIVE = [
 ]
 # Kernels that run on fibers by design, with the reason their engine record gives:
 # llama.cpp's flash attention and MLX's FFTs rely on a SIMD-group's lanes touching
-# threadgroup memory in lockstep (backends/sim/lockstep.py), which only the fiber engine
+# threadgroup memory in lockstep (backends/sim/compile/lockstep.py), which only the fiber engine
 # keeps; in MLX's FFTs (threads past the transform return before its barriers), gemv_t
 # and mlx-audio's dot_product the threads of a group do not all reach each barrier, which
 # the fast engine finds at its first call and leaves to the fibers, as the GPU runs it.

@@ -6,7 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-BUILD = "from mtwork.backends.sim.compiler import runtime_library; runtime_library()"
+BUILD = "from mtwork.backends.sim.compile.compiler import runtime_library; runtime_library()"
 MESSAGE = "building the emulator runtime, once: about"
 
 

@@ -1,4 +1,4 @@
-"""The ILP measure (backends/sim/ilp.py, `Counters.ilp`): small functions whose dependency
+"""The ILP measure (backends/sim/count/ilp.py, `Counters.ilp`): small functions whose dependency
 chains are known, with references worked out from the definition (a region's operations
 over its critical path, constant loops unrolled and overlapped, other loops one iteration
 at a time), and kernels profiled end to end."""
@@ -10,8 +10,8 @@ import pytest
 
 import mtwork
 from bench import gpu_model_claims as claims
-from mtwork.backends.sim.ilp import chains
-from mtwork.backends.sim.llvm_ir import Module
+from mtwork.backends.sim.count.ilp import chains
+from mtwork.backends.sim.count.llvm_ir import Module
 from mtwork.gpu import Counters, estimate
 from mtwork.gpu.model import ILP_GAIN, ilp_gain
 

@@ -9,8 +9,8 @@ import pytest
 
 import mtwork
 from bench import gpu_model_claims as claims
-from mtwork.backends.sim.ilp import load_chains
-from mtwork.backends.sim.llvm_ir import Module
+from mtwork.backends.sim.count.ilp import load_chains
+from mtwork.backends.sim.count.llvm_ir import Module
 from mtwork.gpu import Assumptions, Counters, estimate
 
 

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import mtwork
-from mtwork.backends.sim import runtime
+from mtwork.backends.sim.run import runtime
 from mtwork.library import load_metal, new_buffer
 from mtwork.msl.includes import mlx_include_dir
 

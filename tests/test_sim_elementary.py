@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 
 import mtwork
-from mtwork.backends.sim import compiler, linking
+from mtwork.backends.sim.compile import compiler, linking
 from tests.test_sim_numerics import pi_trig, power, powr, ulp_error
 
 pytestmark = pytest.mark.filterwarnings(

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import mtwork
-from mtwork.backends.sim.lockstep import needs_lockstep
+from mtwork.backends.sim.compile.lockstep import needs_lockstep
 from mtwork.sanitizer import SanitizerError
 
 # Every lane reads its neighbour's slot, then lane 0 overwrites lane 4's (fa_vec's `ss`:

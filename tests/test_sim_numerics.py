@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 import mtwork
-from mtwork.backends.sim import compiler
+from mtwork.backends.sim.compile import compiler
 from mtwork.errors import KernelFault
 
 # The float64 oracles run on infinities and NaNs on purpose.

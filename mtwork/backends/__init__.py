@@ -21,6 +21,7 @@ import importlib
 import os
 import threading
 import warnings
+import weakref
 from collections.abc import Callable
 from importlib.metadata import entry_points
 from typing import Protocol
@@ -29,8 +30,8 @@ from ..dispatch import Completion, Dispatch, Options, Program
 from ..errors import BackendUnavailable
 from ..sanitizer import SanitizerError, SanitizerWarning
 
-__all__ = ["Backend", "backends", "cancel", "compile", "default_backend", "get", "names",
-           "register", "resolve", "run", "unregister"]
+__all__ = ["Backend", "backends", "cancel", "compile", "default_backend", "get", "hold",
+           "names", "register", "resolve", "run", "unregister"]
 
 
 class Backend(Protocol):
@@ -47,6 +48,9 @@ class Backend(Protocol):
     def cancel(self) -> None:
         """Stops the running dispatch (from another thread), where the backend can."""
 
+    def idle(self) -> None:
+        """No kernel object is left: let go of what runs in the background (optional)."""
+
 
 Factory = Callable[[], Backend]
 
@@ -58,6 +62,7 @@ _instances: dict[str, Backend] = {}
 _reasons: dict[str, str | None] = {}
 _lock = threading.Lock()
 _entry_points_read = False
+_held = 0  # kernel objects alive (`hold`)
 
 
 def register(name: str, factory: str | Factory) -> None:
@@ -164,6 +169,24 @@ def cancel(backend: str | None = None) -> None:
     stop = getattr(chosen, "cancel", None)
     if stop is not None:
         stop()
+
+
+def hold(kernel: object) -> None:
+    """Counts `kernel` as alive until it is collected; when the last one goes, every
+    backend made so far is told it is idle (the emulator then ends its worker process)."""
+    global _held
+    with _lock:
+        _held += 1
+    weakref.finalize(kernel, _released)
+
+
+def _released() -> None:
+    global _held
+    with _lock:
+        _held -= 1
+        idle = [b for b in _instances.values() if _held == 0 and hasattr(b, "idle")]
+    for backend in idle:
+        backend.idle()  # type: ignore[attr-defined]
 
 
 def run(program: Program, call: Dispatch, *, backend: str | None = None) -> Completion:

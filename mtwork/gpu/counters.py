@@ -20,7 +20,7 @@ while running the kernel, without knowing the chip:
 * **SIMD efficiency**: ALU instruction issues of SIMD-groups and the active lanes summed
   over them; divergence per source line.
 * **ILP**: the issues on the kernel's longest dependency chains (`dependent_issues`, from
-  the compiled code: backends/sim/ilp.py); issues / dependent issues is the ILP. The same
+  the compiled code: backends/sim/count/ilp.py); issues / dependent issues is the ILP. The same
   over loads: SIMD-group load issues of the compiled code (`load_issues`) and those on
   its chains of dependent loads (`dependent_loads`); their ratio is the loads a
   SIMD-group has in flight at once (`loads_in_flight`).

@@ -8,7 +8,7 @@ import pytest
 
 import mtwork
 from mtwork.backends import get
-from mtwork.backends.sim.isolation import Isolated
+from mtwork.backends.sim.run.isolation import Isolated
 from mtwork.dispatch import Bound, Dispatch, Fresh, Geometry, Options
 
 

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 import mtwork
-from mtwork.backends.sim import runtime
+from mtwork.backends.sim.run import runtime
 
 from .child import run_isolated
 
@@ -238,7 +238,7 @@ print(json.dumps({"error": error, "seconds": time.monotonic() - start,
 
 def test_timeout_names_the_threads_still_running_and_where() -> None:
     result = run_isolated(KERNELS + '''
-from mtwork.backends.sim import runtime
+from mtwork.backends.sim.run import runtime
 k = mtwork.metal_kernel("one_spins", ["a"], ["out"], """
     uint t = thread_position_in_threadgroup.x;
     if (t == 3) { volatile uint n = 0; while (a[0] < 1.0f) { n = n + 1; } }

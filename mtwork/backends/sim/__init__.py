@@ -1,11 +1,21 @@
 """The `sim` backend: MSL compiled with clang against mtwork's Metal shim, GPU threads
 run as fibers on all CPU cores.
 
-A dispatch goes: `sources.translation_unit` (the rewritten files and a launcher) →
-`compiler.compile_kernel` (a shared library, cached on disk) → `runtime.load` →
-`memory.Memory` (the buffers and the launcher's pointer table) → `runtime.dispatch` (the
-fiber runtime runs every threadgroup) → a `Completion`, with the sanitizer's report from
-`findings` when it ran, or the profiler's `Counters` from `profiling`.
+Its rooms, each using only those listed before it:
+
+- `include/` (the shim of Metal's standard library) and `runtime/` (the C++ fiber runtime);
+- `count/`: what the profiler counts, decided from clang's IR;
+- `compile/`: a `Program` into a shared library (rewritten sources, launcher, clang);
+- `run/`: the runtime over ctypes, a dispatch's memory, the isolated worker process;
+- `report/`: what the runtime recorded as sanitizer findings and profiler counters;
+- `engine/`: the fast engine (kernels with barriers as loops over threads);
+- this module, `SimBackend`, over them all; `worker` is the worker process's main.
+
+A dispatch goes: `compile.sources.translation_unit` (the rewritten files and a launcher)
+→ `compile.compiler.compile_kernel` (a shared library, cached on disk) → `run.runtime.load`
+→ `run.memory.Memory` (the buffers and the launcher's pointer table) → `run.runtime.dispatch`
+(the fiber runtime runs every threadgroup) → a `Completion`, with the sanitizer's report
+from `report.findings` when it ran, or the profiler's `Counters` from `report.profiling`.
 """
 
 from __future__ import annotations
@@ -23,13 +33,15 @@ from ...dispatch import Completion, Dispatch, Engine, Fresh, Program
 from ...errors import KernelFault, KernelTimeout
 from ...sanitizer import SanitizerError
 from ...toolchain import clang
-from . import abi, compiler, findings, profiling, runtime
+from .compile import compiler
+from .compile.lockstep import needs_lockstep
+from .compile.sources import never_blocks, translation_unit
+from .count.instrument import Table
 from .engine import Engines, FastLibrary, check_same
-from .instrument import Table
-from .isolation import Isolated, isolate_by_default
-from .lockstep import needs_lockstep
-from .memory import Memory
-from .sources import never_blocks, translation_unit
+from .report import findings, profiling
+from .run import abi, runtime
+from .run.isolation import Isolated, isolate_by_default
+from .run.memory import Memory
 
 __all__ = ["SimBackend"]
 
@@ -42,6 +54,9 @@ def _looks_barrier_free(program: Program) -> bool:
 
 
 _PROGRAMS_KEPT = 1024
+# How long the worker outlives the last kernel object: long enough that code making a
+# kernel per step (a test per kernel, a loop) keeps one worker.
+IDLE_SECONDS = 5.0
 # Why a call runs on the fiber engine whatever the kernel: its mode needs to know which
 # thread runs.
 _ON_FIBERS = "the sanitizer checks kernels on the fiber engine"
@@ -137,6 +152,11 @@ class SimBackend:
         self.compile(program, sanitize=call.options.sanitize is not None,
                      profile=call.options.profile)  # compile errors are raised here
         return self._isolated.dispatch(program, call)
+
+    def idle(self) -> None:
+        """No kernel is left: the worker ends after `IDLE_SECONDS` unless one is used."""
+        if self._isolated is not None:
+            self._isolated.close_when_idle(IDLE_SECONDS)
 
     @property
     def worker_pid(self) -> int | None:

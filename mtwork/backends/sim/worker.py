@@ -1,6 +1,6 @@
 """The emulator's worker process: runs kernels on the arena it shares with mtwork.
 
-Started by `isolation.Isolated` as ``python -m mtwork.backends.sim.worker FD``, where FD
+Started by `run.isolation.Isolated`, which runs `main(FD)` in a new interpreter, where FD
 is its end of a Unix socket. Each request names a kernel (its `Program`, sent once, then
 a token) and a plan (the dispatch's geometry and options and where every buffer sits in
 the arena, sent once, then an id), and the ids mtwork no longer uses; the reply is the
@@ -25,8 +25,8 @@ import numpy as np
 from ...dispatch import Bound, Dispatch, Fresh, Geometry, Options, Program
 from ...errors import KernelFault
 from . import SimBackend
-from .arena import Arena, Placement
-from .channel import ChannelClosed, receive, send
+from .run.arena import Arena, Placement
+from .run.channel import ChannelClosed, receive, send
 
 Plan = tuple[Geometry, Options, float, tuple[tuple[int, int], ...], tuple[int, ...],
              tuple[tuple[int, Placement, tuple], ...]]

@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from ....dispatch import Engine, Program
-from .. import runtime
+from ..run import runtime
 from .build import Built, build
 
 __all__ = ["MODES", "EngineMismatch", "Engines", "FastLibrary", "check_same", "engine_mode"]

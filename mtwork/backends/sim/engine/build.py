@@ -28,11 +28,11 @@ from .... import cachedir
 from ....cachedir import cache_dir
 from ....dispatch import Program
 from ....toolchain import run_clang
-from .. import compiler, precompiled
-from ..launcher import LaunchParam, call_arguments
-from ..linking import run_link
-from ..sources import translation_unit
-from ..translation import Translation
+from ..compile import compiler, precompiled
+from ..compile.launcher import LaunchParam, call_arguments
+from ..compile.linking import run_link
+from ..compile.sources import translation_unit
+from ..compile.translation import Translation
 from .ir import IRError
 from .transform import transform
 

@@ -9,7 +9,7 @@
 #include "mtw_bfloat.h"
 
 // Address spaces. Declarations of threadgroup variables are rewritten before compilation
-// (see mtwork/backends/sim/rewrite.py) to live in the threadgroup's shared memory; the words
+// (see mtwork/backends/sim/compile/rewrite.py) to live in the threadgroup's shared memory; the words
 // left over are qualifiers on pointers and references, which need no code on a CPU.
 // `constant` memory is read-only (MSL specification, "constant Address Space"), so the word
 // is `const`: a `constexpr constant float t[16]` table then passes to a `constant float*`

@@ -1,6 +1,6 @@
 // The profiler: counts what a profiled kernel does, as a GPU's SIMD-groups would run it.
 //
-// A kernel library built for profiling (backends/sim/instrument.py) calls
+// A kernel library built for profiling (backends/sim/count/instrument.py) calls
 // mtw_profile_block at the start of each block that does counted work and
 // mtw_profile_branch before each of its own conditional branches; its loads and stores
 // arrive through the sanitizer-coverage callbacks (access.cpp), its atomics and

@@ -135,7 +135,7 @@ uint32_t mtw_sanitizer_tg_arrays(void);
 const char* mtw_sanitizer_tg_array_name(uint32_t index);
 uint32_t mtw_sanitizer_tg_array_element_size(uint32_t index);
 
-// Profiler mode: a kernel library built for profiling (see backends/sim/instrument.py)
+// Profiler mode: a kernel library built for profiling (see backends/sim/count/instrument.py)
 // reports the blocks it runs, the ways its branches go, its memory accesses and atomics;
 // the runtime counts them per threadgroup, as a GPU's SIMD-groups would run them.
 enum mtw_access_kind { MTW_ACCESS_LOAD = 0, MTW_ACCESS_STORE = 1, MTW_ACCESS_ATOMIC = 2 };

@@ -32,7 +32,7 @@ from collections import Counter, defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from ...dispatch import Sources
+from ....dispatch import Sources
 from .ilp import chains, load_chains
 from .ir_ops import (
     is_plumbing,

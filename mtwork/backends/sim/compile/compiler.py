@@ -23,20 +23,20 @@ from collections.abc import Sequence
 from functools import cache
 from pathlib import Path
 
-from ... import cachedir
-from ...cachedir import cache_dir
-from ...errors import CompileError, EmulatorUnavailable
-from ...msl.includes import mlx_include_dir
-from ...toolchain import run_clang
+from .... import cachedir
+from ....cachedir import cache_dir
+from ....errors import CompileError, EmulatorUnavailable
+from ....msl.includes import mlx_include_dir
+from ....toolchain import run_clang
+from ..count.instrument import author_place, instrument
 from . import precompiled
-from .instrument import author_place, instrument
 from .linking import run_link
 from .sources import for_emulator, rewriters_digest
 from .translation import Translation, author_message
 
-PACKAGE_DIR = Path(__file__).parent
-SHIM_DIR = PACKAGE_DIR / "include"
-RUNTIME_DIR = PACKAGE_DIR / "runtime"
+SIM_DIR = Path(__file__).parents[1]  # the emulator's package: include/ and runtime/ beside
+SHIM_DIR = SIM_DIR / "include"
+RUNTIME_DIR = SIM_DIR / "runtime"
 
 COMMON_FLAGS = (
     "-std=c++20",
@@ -241,9 +241,7 @@ PROFILE_FLAGS = ("-fsanitize-coverage=edge,trace-loads,trace-stores", "-gline-ta
 LOCKSTEP_FLAGS = ("-fsanitize-coverage=edge,trace-loads,trace-stores", "-fno-vectorize",
                   "-fno-slp-vectorize")
 # The profiler's code: a change to it rebuilds profiled kernels.
-_PROFILER_SOURCES = tuple(PACKAGE_DIR / name for name in ("instrument.py", "llvm_ir.py",
-                                                           "registers.py", "ilp.py",
-                                                           "ir_loops.py"))
+_PROFILER_SOURCES = tuple(sorted((SIM_DIR / "count").glob("*.py")))
 
 
 # zig's clang writes debug info unless told not to; only the sanitizer reads it (line

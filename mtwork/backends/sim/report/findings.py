@@ -15,15 +15,15 @@ from dataclasses import replace
 
 import numpy as np
 
-from ...buffers import byte_span
-from ...dispatch import Program
-from ...errors import KernelDeadlock, KernelFault, ThreadgroupMemoryError
-from ...sanitizer import Finding, SanitizerReport
-from . import abi, runtime
-from .memory import Memory
+from ....buffers import byte_span
+from ....dispatch import Program
+from ....errors import KernelDeadlock, KernelFault, ThreadgroupMemoryError
+from ....sanitizer import Finding, SanitizerReport
+from ..compile.translation import Translation
+from ..run import abi, runtime
+from ..run.memory import Memory
 from .places import Places
 from .symbolizer import symbolize
-from .translation import Translation
 
 __all__ = ["describe_buffers", "fault_finding", "report"]
 

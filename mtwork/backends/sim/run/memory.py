@@ -34,13 +34,13 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ... import dtypes
-from ...buffers import byte_span, initialise, numpy_view
-from ...dispatch import Bound, Dispatch, Fresh, Param, Program
-from ...msl.alignment import declares_alignment
+from .... import dtypes
+from ....buffers import byte_span, initialise, numpy_view
+from ....dispatch import Bound, Dispatch, Fresh, Param, Program
+from ....msl.alignment import declares_alignment
+from ..compile.compiler import POINTER_ALIGN
+from ..compile.sources import THREADGROUP_SLOT_BASE
 from .arena import ALIGN, guarded
-from .compiler import POINTER_ALIGN
-from .sources import THREADGROUP_SLOT_BASE
 
 __all__ = ["Memory"]
 

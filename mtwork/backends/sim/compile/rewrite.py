@@ -22,7 +22,7 @@ import bisect
 import re
 from collections.abc import Callable
 
-from ...msl.lexing import code_mask, matching, matching_back, same_lines, split_top_level
+from ....msl.lexing import code_mask, matching, matching_back, same_lines, split_top_level
 
 _ADDRESS_SPACES = ("device", "constant", "threadgroup")
 

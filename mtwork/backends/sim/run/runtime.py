@@ -11,8 +11,8 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
-from ...dispatch import check_timeout, env_timeout
-from ...errors import (
+from ....dispatch import check_timeout, env_timeout
+from ....errors import (
     EmulatorUnavailable,
     KernelCancelled,
     KernelDeadlock,
@@ -20,7 +20,7 @@ from ...errors import (
     KernelTimeout,
     ThreadgroupMemoryError,
 )
-from ...limits import MAX_THREADS_PER_THREADGROUP, THREADGROUP_MEMORY_BYTES
+from ....limits import MAX_THREADS_PER_THREADGROUP, THREADGROUP_MEMORY_BYTES
 from .abi import (
     LaunchRecord,
     LiveThreadRecord,

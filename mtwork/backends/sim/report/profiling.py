@@ -22,15 +22,15 @@ from dataclasses import dataclass, field
 from functools import cache, lru_cache
 from pathlib import Path
 
-from ...buffers import byte_span
-from ...dispatch import Geometry, Sources
-from ...errors import EmulatorUnavailable
-from ...gpu.catalog import default_gpu
-from ...gpu.counters import BufferTraffic, Counters, LaneOps, SimdOps, SourceLine
-from . import abi, runtime
-from .compiler import runtime_library
-from .instrument import Table, author_place
-from .memory import Memory
+from ....buffers import byte_span
+from ....dispatch import Geometry, Sources
+from ....errors import EmulatorUnavailable
+from ....gpu.catalog import default_gpu
+from ....gpu.counters import BufferTraffic, Counters, LaneOps, SimdOps, SourceLine
+from ..compile.compiler import runtime_library
+from ..count.instrument import Table, author_place
+from ..run import abi, runtime
+from ..run.memory import Memory
 from .symbolizer import symbolize
 
 __all__ = ["Profiled", "counters", "counting", "load_table"]

@@ -16,11 +16,11 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from ...cachedir import cache_dir
-from ...errors import EmulatorUnavailable
-from .compiler import SHIM_DEBUG_DIR, prelude_dir
+from ....cachedir import cache_dir
+from ....errors import EmulatorUnavailable
+from ..compile.compiler import SHIM_DEBUG_DIR, prelude_dir
+from ..compile.translation import Translation
 from .symbolizer import Frame
-from .translation import Translation
 
 __all__ = ["Place", "Places"]
 

@@ -9,8 +9,8 @@ import ctypes
 from dataclasses import dataclass, field
 from functools import cache
 
-from ...errors import EmulatorUnavailable
-from .compiler import runtime_library
+from ....errors import EmulatorUnavailable
+from ..compile.compiler import runtime_library
 
 ABI_VERSION = 4
 

@@ -25,9 +25,9 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
-from ... import cachedir
-from ...cachedir import cache_dir
-from ...toolchain import run_clang, toolchain_identity
+from .... import cachedir
+from ....cachedir import cache_dir
+from ....toolchain import run_clang, toolchain_identity
 from .translation import Translation
 
 __all__ = ["leading_headers", "precompiled_header", "run_from"]

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from ...msl.signature import ATTRIBUTE_NAMES
+from ....msl.signature import ATTRIBUTE_NAMES
 
 
 @dataclass(frozen=True)

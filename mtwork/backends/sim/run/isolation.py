@@ -2,8 +2,8 @@
 down: a crash, heap corruption, `exit()`, `abort()` or a hang ends the worker, becomes a
 `KernelFault` (or `KernelTimeout`) naming the kernel, and the next call starts a new one.
 
-The worker (`worker.py`) is started with ``python -m`` (so a script without a
-``__main__`` guard is never run twice) in its own session (so a terminal's Ctrl-C reaches
+The worker (`worker.py`) is a new interpreter that imports it (never a fork or a spawn
+that re-runs the caller's script) in its own session (so a terminal's Ctrl-C reaches
 mtwork, which then ends the worker at once). Buffers travel through a shared `Arena`:
 mtwork copies the inputs in and the written buffers out; messages are small pickles over
 a Unix socket (`channel.py`). A kernel's description is sent once and named by a token
@@ -18,6 +18,7 @@ cached call of a tiny kernel should cost well under half a millisecond.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import ctypes
 import itertools
@@ -29,6 +30,7 @@ import socket
 import subprocess
 import sys
 import threading
+import weakref
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -39,10 +41,11 @@ from typing import Any
 import mlx.core as mx
 import numpy as np
 
-from ...buffers import byte_span, numpy_view, to_mx
-from ...dispatch import BodyForm, Bound, Completion, Dispatch, Engine, Fresh, Program
-from ...dtypes import storage_numpy_dtype
-from ...errors import KernelCancelled, KernelFault, KernelTimeout
+from ....buffers import byte_span, numpy_view, to_mx
+from ....cachedir import cache_dir
+from ....dispatch import BodyForm, Bound, Completion, Dispatch, Engine, Fresh, Program
+from ....dtypes import storage_numpy_dtype
+from ....errors import KernelCancelled, KernelFault, KernelTimeout
 from . import runtime
 from .arena import Arena, Placement, layout
 from .channel import PLANS_KEPT, PROGRAMS_KEPT, ChannelClosed, receive, send
@@ -162,12 +165,16 @@ class Isolated:
         self._plans = _Kept(plans_kept)
         self._ids = itertools.count()
         self._cancelled = False
+        self._idle_timer: threading.Timer | None = None
+        # Ended before the interpreter tears down: no worker left running, no socket open.
+        atexit.register(_close_if_alive, weakref.ref(self))
 
     # --- the worker ----------------------------------------------------------------------
 
     def start(self) -> None:
         """Starts the worker, unless one runs: it imports mtwork while the caller goes on
         (a dispatch starts one too)."""
+        self._cancel_idle()
         with self._lock:
             self._ensure_started()
 
@@ -179,11 +186,12 @@ class Isolated:
     def _start(self) -> None:
         parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         env = dict(os.environ)
-        package_root = str(Path(__file__).parents[3])
-        env["PYTHONPATH"] = os.pathsep.join([package_root, *filter(None, [
-            env.get("PYTHONPATH")])])
+        # One cache per process tree: the worker uses the folder this process settled on
+        # (a fallback for an unusable one included), not a choice of its own.
+        env["MTWORK_CACHE_DIR"] = str(cache_dir())
         self._proc = subprocess.Popen(
-            [sys.executable, "-m", "mtwork.backends.sim.worker", str(child.fileno())],
+            [sys.executable, "-c", _BOOTSTRAP, str(Path(__file__).parents[4]),
+             str(child.fileno())],
             pass_fds=[child.fileno()], env=env, start_new_session=True,
             stdin=subprocess.DEVNULL)
         child.close()
@@ -221,9 +229,31 @@ class Isolated:
 
     def close(self) -> None:
         """Ends the worker (given a second to end by itself) and frees the arena."""
+        self._cancel_idle()
         with self._lock:
             self._stop(grace=1.0)
             self._arena.close()
+
+    def close_when_idle(self, seconds: float) -> None:
+        """Ends the worker in `seconds` unless a dispatch comes first (a process whose
+        kernels are all gone should not keep one; a test suite that makes a kernel per
+        test should not start one per test either)."""
+        self._cancel_idle()
+        timer = threading.Timer(seconds, self._idle_end)
+        timer.daemon = True
+        self._idle_timer = timer
+        timer.start()
+
+    def _idle_end(self) -> None:
+        with self._lock:
+            if self._idle_timer is not None:
+                self._idle_timer = None
+                self._stop(grace=1.0)
+
+    def _cancel_idle(self) -> None:
+        timer, self._idle_timer = self._idle_timer, None
+        if timer is not None:
+            timer.cancel()
 
     # --- one dispatch --------------------------------------------------------------------
 
@@ -231,6 +261,7 @@ class Isolated:
         # The watchdog's limit is read here, where the caller's environment is: a worker
         # keeps the environment it started with.
         timeout = call.options.timeout or runtime.default_timeout()
+        self._cancel_idle()
         with self._lock:
             self._cancelled = False
             self._ensure_started()
@@ -330,6 +361,18 @@ class Isolated:
                 buffers[index] = np.array(arena_view)
             del arena_view
         return Completion(buffers, report, used, Engine(engine, why), counters)
+
+
+# The worker's entry: this mtwork (its folder is the first argument) before the working
+# directory, which `python -m` would put first, so the worker runs the caller's code.
+_BOOTSTRAP = ("import sys; sys.path.insert(0, sys.argv.pop(1)); "
+              "from mtwork.backends.sim.worker import main; main(int(sys.argv[1]))")
+
+
+def _close_if_alive(ref: weakref.ref[Isolated]) -> None:
+    isolated = ref()
+    if isolated is not None:
+        isolated.close()
 
 
 def _plan(call: Dispatch, indices: list[int], spans: dict[int, Span], owners: tuple[int, ...],

@@ -14,7 +14,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from ...dispatch import Sources
+from ....dispatch import Sources
 
 __all__ = ["Translation", "author_message"]
 

@@ -20,7 +20,7 @@ import sys
 from functools import cache
 from pathlib import Path
 
-from ...toolchain import run_clang
+from ....toolchain import run_clang
 
 __all__ = ["run_link", "undefined_symbols"]
 

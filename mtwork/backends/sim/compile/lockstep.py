@@ -28,7 +28,7 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from ...msl.lexing import code_mask, matching
+from ....msl.lexing import code_mask, matching
 
 __all__ = ["needs_lockstep"]
 

@@ -18,11 +18,11 @@ from dataclasses import dataclass
 from functools import cache, lru_cache
 from pathlib import Path
 
-from ... import cachedir
-from ...cachedir import cache_dir
-from ...dispatch import Param, Program
-from ...limits import MAX_BUFFER_INDEX
-from ...msl.constants import rewrite_function_constants, strip_msl_only_syntax
+from .... import cachedir
+from ....cachedir import cache_dir
+from ....dispatch import Param, Program
+from ....limits import MAX_BUFFER_INDEX
+from ....msl.constants import rewrite_function_constants, strip_msl_only_syntax
 from .launcher import LaunchParam, launcher_source
 from .rewrite import rewrite_msl
 from .translation import Translation
@@ -44,7 +44,7 @@ THREADGROUP_SLOT_BASE = MAX_BUFFER_INDEX + 1
 
 # What the rewritten copy depends on besides the sources.
 _REWRITERS = (Path(__file__).with_name("rewrite.py"),
-              *sorted((Path(__file__).parents[2] / "msl").glob("*.py")))
+              *sorted((Path(__file__).parents[3] / "msl").glob("*.py")))
 _tree_lock = threading.Lock()
 # Metal declares its scalar and vector types before any include (llama.cpp's
 # ggml-metal-impl.h uses int32_t before <metal_stdlib>): the shim's types come first.
