@@ -15,6 +15,7 @@ from .errors import (
     KernelDeadlock,
     KernelFault,
     KernelTimeout,
+    MetalRuleError,
     MtworkError,
     ThreadgroupMemoryError,
 )
@@ -60,6 +61,7 @@ __all__ = [
     "SweepResult",
     "KernelTimeout",
     "MetalKernel",
+    "MetalRuleError",
     "MtworkError",
     "ThreadgroupMemoryError",
     "assert_bitwise_equal",

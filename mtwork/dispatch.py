@@ -28,6 +28,7 @@ from .display import bytes_text
 from .dtypes import itemsize
 from .limits import MAX_GRID_DIMENSION, MAX_THREADS_PER_THREADGROUP
 from .msl.signature import KernelSignature
+from .msl.target import DEFAULT_TARGET, Target
 
 if TYPE_CHECKING:
     from .gpu.counters import Counters
@@ -150,7 +151,8 @@ class FullSource:
 class Program:
     """One kernel function to compile: its sources, the function to call (with template
     arguments), its parameters, the math mode and the `defines` (preprocessor lines that
-    come first: function-constant values). `form` is what the kernel was written as."""
+    come first: function-constant values). `form` is what the kernel was written as;
+    `target` the language version and GPU family it is checked and compiled for."""
 
     label: str
     sources: Sources
@@ -160,6 +162,7 @@ class Program:
     form: BodyForm | FullSource
     defines: str = ""
     max_threads: int = MAX_THREADS_PER_THREADGROUP
+    target: Target = DEFAULT_TARGET
 
     def param(self, index: int) -> Param:
         """The buffer parameter bound to ``[[buffer(index)]]``."""
@@ -224,12 +227,16 @@ class Options:
 @dataclass(frozen=True)
 class Dispatch:
     """One call: memory by ``[[buffer(n)]]`` index, bytes by ``[[threadgroup(n)]]`` index,
-    the geometry and the options."""
+    the geometry and the options. `unbound`: indices of buffers the kernel declares and the
+    call leaves unbound, as Metal allows when the kernel never reads them (MLX's host
+    leaves a batch-0 quantized kernel's batch strides unset); reading one is an error
+    naming it."""
 
     buffers: Mapping[int, Bound | Fresh]
     geometry: Geometry
     options: Options = Options()
     threadgroup_memory: Mapping[int, int] = field(default_factory=dict)
+    unbound: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -20,6 +20,20 @@ class CompileError(MtworkError):
         return type(self), (self.kernel, self.message)
 
 
+class MetalRuleError(CompileError):
+    """The kernel breaks a rule of the Metal Shading Language that Apple's compiler
+    enforces (and the emulator's C++ would not): each line names the author's file and
+    line, the rule and its section of the specification. `violations` holds them
+    (`mtwork.msl.rules.Violation`); `docs/msl-rules.md` lists the rules."""
+
+    def __init__(self, kernel: str, violations: tuple | list):
+        self.violations = tuple(violations)
+        super().__init__(kernel, "\n".join(str(v) for v in self.violations))
+
+    def __reduce__(self):  # errors cross from the emulator's worker process
+        return type(self), (self.kernel, self.violations)
+
+
 class KernelFault(MtworkError, RuntimeError):
     """The kernel crashed while running (bad pointer, trap, stack overflow) or reported an
     error; the host process is unharmed."""

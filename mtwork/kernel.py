@@ -51,8 +51,8 @@ from .kernel_arguments import (
     check_stream,
     check_text,
 )
-from .limits import MAX_THREADS_PER_THREADGROUP
 from .msl import body, checks
+from .msl.target import Target, resolve_target
 from .sanitizer import SanitizerError, SanitizerReport
 
 __all__ = ["Launch", "MetalKernel", "define_lines", "metal_kernel"]
@@ -81,7 +81,10 @@ class MetalKernel:
     mtwork.sanitizer), `isolate=` (sim: False runs the kernel in this process, not in
     the worker process that keeps a crashing kernel from taking the caller down) and
     `profile=` (True: run on sim and count what the call does to an Apple GPU, see
-    mtwork.profile). The kernel does not change; `last_sanitizer_report` keeps the
+    mtwork.profile). `msl_version=` and `gpu_family=` say what the kernel is checked and
+    compiled for on sim (default $MTWORK_MSL_VERSION or "3.2", $MTWORK_GPU_FAMILY or
+    "apple7"; see mtwork.msl.target). The kernel does not change; `last_sanitizer_report`
+    keeps the
     report of its last sanitized call, `last_counters` the counts of its last profiled
     one, `last_engine` which engine of the emulator ran its last call (and, when not the
     fast one, why)."""
@@ -95,6 +98,8 @@ class MetalKernel:
     atomic_outputs: bool = False
     compile_options: Mapping[str, Any] | None = None
     backend: str | None = None
+    msl_version: str | None = None
+    gpu_family: str | None = None
     last_sanitizer_report: SanitizerReport | None = field(default=None, compare=False,
                                                           repr=False)
     last_engine: Engine | None = field(default=None, compare=False, repr=False)
@@ -117,6 +122,7 @@ class MetalKernel:
         checks.validate_compile_options(self.compile_options)
         if self.backend is not None:
             get_backend(self.backend)
+        resolve_target(self.msl_version, self.gpu_family)  # refuses a wrong one now
         hold(self)  # the emulator's worker lives while a kernel does
 
     def with_texts(self, *, source: str | None = None, header: str | None = None
@@ -130,6 +136,11 @@ class MetalKernel:
     @property
     def math_mode(self) -> str:
         return checks.validate_compile_options(self.compile_options)
+
+    @property
+    def target(self) -> Target:
+        """The MSL version and GPU family the kernel is checked and compiled for."""
+        return resolve_target(self.msl_version, self.gpu_family)
 
     def __repr__(self) -> str:
         return (f"MetalKernel({self.name!r}, inputs={list(self.input_names)}, "
@@ -163,6 +174,7 @@ class MetalKernel:
             params=tuple(_param(p, inputs) for p in gen.params),
             math_mode=self.math_mode,
             form=form,
+            target=self.target,
         )
 
     def compile(self, inputs: Sequence[Any], output_dtypes: Sequence[mx.Dtype],
@@ -198,7 +210,7 @@ class MetalKernel:
         checks.check_call_sizes(self.input_names, self.output_names, inputs, output_shapes,
                               output_dtypes)
         shape = geometry(grid, threadgroup, exactly_three=True,
-                         max_threads=MAX_THREADS_PER_THREADGROUP, prefix=PREFIX)
+                         max_threads=self.target.limits.threads_per_threadgroup, prefix=PREFIX)
         shapes, kinds = check_output_shapes(output_shapes), check_output_dtypes(output_dtypes)
         check_stream(stream)
         check_init_value(init_value)
@@ -245,10 +257,15 @@ def metal_kernel(
     compile_options: dict[str, Any] | None = None,
     *,
     backend: str | None = None,
+    msl_version: str | None = None,
+    gpu_family: str | None = None,
 ) -> MetalKernel:
-    """Same arguments as `mx.fast.metal_kernel`; the result runs on `metal` or `sim`."""
+    """Same arguments as `mx.fast.metal_kernel`; the result runs on `metal` or `sim`.
+    `msl_version` ("3.1", "3.2", "4.0", ...) and `gpu_family` ("apple7" to "apple10")
+    set what `sim` holds the kernel to (the language version's rules and predefined
+    macros, the family's limits)."""
     return MetalKernel(name, input_names, output_names, source, header, ensure_row_contiguous,
-                       atomic_outputs, compile_options, backend)
+                       atomic_outputs, compile_options, backend, msl_version, gpu_family)
 
 
 # --- one call of a kernel ------------------------------------------------------------------

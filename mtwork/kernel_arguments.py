@@ -5,6 +5,7 @@ given and what is allowed."""
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -58,10 +59,12 @@ def check_text(value: Any, what: str) -> str:
 
 
 def check_kernel_name(name: Any) -> str:
-    # MLX mangles `-` into `_` (0.32.4); anything else must already be an identifier part.
-    if not isinstance(name, str) or not name.replace("-", "_").isidentifier():
-        raise ValueError(f"{PREFIX}`name` must be a C identifier (letters, digits, _ or -), "
-                         f"got {name!r}")
+    """`name` as MLX writes it into the kernel function's name (``custom_kernel_<name>``):
+    it must be an identifier, or Metal's compiler refuses the generated source."""
+    if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9_]+", name):
+        raise ValueError(f"{PREFIX}`name` must be letters, digits and _ only: it becomes "
+                         f"part of the kernel function's name, custom_kernel_<name>; got "
+                         f"{name!r}")
     return name
 
 

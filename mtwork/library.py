@@ -34,8 +34,11 @@ from .errors import CompileError
 from .library_kernel import Kernel, LibraryLaunch, Outputs
 from .msl.checks import MATH_MODES
 from .msl.includes import included_files
+from .msl.lexing import code_without_directives
 from .msl.preprocess import preprocess
+from .msl.rules.scope import constant_names
 from .msl.signature import FunctionConstant, Instantiation, KernelSignature, parse_source
+from .msl.target import DEFAULT_TARGET, Target, resolve_target
 from .msl.templates import literal, template_texts
 from .msl.types import type_info
 from .values import NewBuffer, new_buffer, scalar_bytes
@@ -55,6 +58,8 @@ def load_metal(
     math_mode: str = "safe",
     name: str | None = None,
     backend: str | None = None,
+    msl_version: str | None = None,
+    gpu_family: str | None = None,
 ) -> Library:
     """Loads MSL from a ``.metal`` or header file, or from a string of source.
 
@@ -67,6 +72,10 @@ def load_metal(
     a name maps to an int, a bool or text. `math_mode` is ``"safe"`` (MLX's default),
     ``"relaxed"`` or ``"fast"``. Kernels are listed as Metal would see them, after the
     preprocessor: host names made by macros count, ``#if`` branches that are off do not.
+    `msl_version` and `gpu_family` say what `sim` holds the library to (default
+    $MTWORK_MSL_VERSION or "3.2", $MTWORK_GPU_FAMILY or "apple7"; see
+    `mtwork.msl.target`): the language version's rules and what its compiler predefines
+    (``__METAL_VERSION__``, ...), the family's limits.
     The files are read now; load again to see later edits.
     """
     if math_mode not in MATH_MODES:
@@ -79,6 +88,7 @@ def load_metal(
                         "in a list")
     if backend is not None:
         get_backend(backend)
+    target = resolve_target(msl_version, gpu_family)
     path = _as_path(source)
     if path is None:
         text, label = str(source), name or "source"
@@ -86,7 +96,8 @@ def load_metal(
         text, label = path.read_text(), name or str(path)
     dirs = tuple(Path(d).resolve() for d in include_dirs)
     return Library(text, path=path, label=label, include_dirs=dirs, prelude=prelude,
-                   defines=_define_values(defines), math_mode=math_mode, backend=backend)
+                   defines=_define_values(defines), math_mode=math_mode, backend=backend,
+                   target=target)
 
 
 def _define_values(defines: Mapping[str, Any] | None) -> dict[str, str]:
@@ -132,8 +143,9 @@ class Library:
 
     def __init__(self, text: str, *, path: Path | None, label: str,
                  include_dirs: tuple[Path, ...], prelude: str, defines: Mapping[str, str],
-                 math_mode: str, backend: str | None):
+                 math_mode: str, backend: str | None, target: Target = DEFAULT_TARGET):
         self.text = text
+        self.target = target
         self.path = path
         self.label = label
         self.prelude = prelude
@@ -148,8 +160,11 @@ class Library:
         self.function_constants: dict[str, FunctionConstant] = {}
         self.host_names: dict[str, Instantiation] = {}
         seen = preprocess(text, label=label, search_dirs=self.search_dirs, prelude=prelude,
-                          defines=self.defines, files=tuple(self.files.items()))
+                          defines={**target.predefined_macros(), **self.defines},
+                          files=tuple(self.files.items()))
         parsed = parse_source(seen.text, label, origin=seen.origin)
+        # What a `[[function_constant(name)]]` may name: any program-scope constant.
+        self.constant_names = frozenset(constant_names(code_without_directives(seen.text)))
         for k in parsed.kernels:
             self.kernels.setdefault(k.name, k)
             if k.host_name and k.host_name != k.name:  # `[[host_name("h")]] kernel void f`
@@ -169,7 +184,7 @@ class Library:
         """The same library with its main file's text replaced (an editor's buffer)."""
         return Library(text, path=self.path, label=self.label, include_dirs=self.include_dirs,
                        prelude=self.prelude, defines=self.defines, math_mode=self.math_mode,
-                       backend=self.backend)
+                       backend=self.backend, target=self.target)
 
     def kernel_like(self, kernel: Kernel) -> Kernel:
         """`kernel` (a kernel of another version of this library) made from this one: the

@@ -31,11 +31,14 @@ from .dispatch import (
     geometry,
     options,
 )
+from .errors import MetalRuleError
 from .gpu.counters import Counters
 from .library_arguments import describe, threadgroup_sizes
 from .limits import MAX_BUFFER_INDEX, MAX_THREADS_PER_THREADGROUP
 from .msl.constants import function_constant_macros
+from .msl.rules import signature_violations
 from .msl.signature import FunctionConstant, KernelParam, KernelSignature
+from .msl.target import Target
 from .msl.templates import substitute
 from .msl.types import TypeInfo, type_info
 from .sanitizer import SanitizerError, SanitizerReport
@@ -50,6 +53,8 @@ class LibraryParts(Protocol):
     backend: str | None
     defines: Mapping[str, str]
     function_constants: Mapping[str, FunctionConstant]
+    target: Target
+    constant_names: frozenset[str]
 
 __all__ = ["Kernel", "LibraryLaunch", "LibraryParts", "Outputs"]
 
@@ -85,6 +90,10 @@ class Kernel:
         self.last_engine: Engine | None = None
         self.last_counters: Counters | None = None
         hold(self)  # the emulator's worker lives while a kernel does
+        broken = tuple(signature_violations(signature, library.target,
+                                            library.constant_names))
+        if broken:
+            raise MetalRuleError(label, broken)
         unsupported = [p for p in signature.params if p.kind == "unsupported"]
         if unsupported:
             p = unsupported[0]
@@ -164,8 +173,9 @@ class Kernel:
             form=FullSource(self.signature, self.template_args, constants),
             defines="".join(f"#define {name} {value}\n" for name, value in lib.defines.items())
             + function_constant_macros({n: (t, v) for n, t, v in constants}),
-            max_threads=min(MAX_THREADS_PER_THREADGROUP,
+            max_threads=min(lib.target.limits.threads_per_threadgroup,
                             self.signature.max_threads or MAX_THREADS_PER_THREADGROUP),
+            target=lib.target,
         )
 
     # -- binding ---------------------------------------------------------------------
@@ -195,11 +205,14 @@ class Kernel:
             if p.name in chosen:
                 raise TypeError(f"{describe(p)} is bound twice (by index and by name)")
             chosen[p.name] = (p, value)
-        missing = [p for p in params if p.name not in chosen and self.is_present(p)]
-        if missing:
-            raise TypeError(f"kernel `{self.name}`: no binding for "
-                            + ", ".join(describe(p) for p in missing))
         return chosen
+
+    def unbound(self, chosen: Mapping[str, Any]) -> tuple[int, ...]:
+        """The indices of the kernel's buffers a call leaves unbound (Metal runs a kernel
+        with buffers it never reads unbound; reading one stops the call with an error
+        naming it)."""
+        return tuple(p.index for p in self.signature.buffers  # type: ignore[misc]
+                     if p.name not in chosen and self.is_present(p) is not False)
 
     def _no_such_buffer(self, key: int | str) -> str:
         other = next((p for p in self.signature.params if p.name == key), None)
@@ -253,7 +266,7 @@ class Kernel:
         call = Dispatch(bound, shape, options(sanitize=sanitize, timeout=timeout,
                                               isolate=isolate, profile=profile),
                         threadgroup_sizes(self.name, self.signature.threadgroup_params,
-                                          threadgroup_memory))
+                                          threadgroup_memory), self.unbound(chosen))
         check_memory(call, f"`{self.name}`'s new_buffer arguments")
         return call
 
@@ -275,8 +288,9 @@ class Kernel:
 
         `buffers`: by ``[[buffer(n)]]`` index or parameter name (a sequence binds indices
         0, 1, ...); one array given at several indices is one buffer with one address, as
-        one ``MTLBuffer`` bound twice. `threadgroup_memory`: bytes for each
-        ``[[threadgroup(n)]]`` argument.
+        one ``MTLBuffer`` bound twice. A buffer the kernel never reads may be left unbound,
+        as on Metal; on sim, reading an unbound one raises a TypeError naming it.
+        `threadgroup_memory`: bytes for each ``[[threadgroup(n)]]`` argument.
         Give `threadgroups` (``dispatchThreadgroups``: how many threadgroups) or `grid`
         (``dispatchThreads``: how many threads; edge threadgroups are partial), and
         `threads_per_threadgroup`. `timeout`: the sim watchdog, in seconds. `sanitize`:

@@ -17,7 +17,7 @@ from pathlib import Path
 from .cachedir import cache_dir, work_dir
 from .errors import EmulatorUnavailable
 
-__all__ = ["clang", "run_clang", "toolchain_identity"]
+__all__ = ["builtin_headers", "clang", "run_clang", "toolchain_identity"]
 
 
 @cache
@@ -44,15 +44,24 @@ def toolchain_identity() -> str:
     return f"{zig}:{st.st_size}:{st.st_mtime_ns}"
 
 
-def run_clang(args: list[str], what: str, *, stdin: str | None = None
+@cache
+def builtin_headers() -> Path:
+    """clang's own headers (stddef.h, stdint.h, ...), which `zig clang` does not add."""
+    return Path(clang()[0]).parent / "lib" / "include"
+
+
+def run_clang(args: list[str], what: str, *, stdin: str | None = None, raw: bool = False
               ) -> subprocess.CompletedProcess:
-    """Runs clang with `args` (after the command prefix); `what` names the job in errors."""
+    """Runs clang with `args` (after the command prefix); `what` names the job in errors.
+    `raw`: clang's own driver (``zig clang``: every language clang has, C++ for OpenCL
+    among them, and nothing of zig's C++ set-up)."""
     env = dict(os.environ)
     env.setdefault("ZIG_GLOBAL_CACHE_DIR", str(cache_dir() / "zig"))
     local = work_dir()
     env["ZIG_LOCAL_CACHE_DIR"] = str(local)
     try:
-        return subprocess.run([*clang(), *args], capture_output=True, text=True, env=env,
+        prefix = (clang()[0], "clang") if raw else clang()
+        return subprocess.run([*prefix, *args], capture_output=True, text=True, env=env,
                               input=stdin, check=False)
     except OSError as exc:
         raise EmulatorUnavailable(f"cannot run clang to build {what}: {exc}") from exc

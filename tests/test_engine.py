@@ -248,23 +248,18 @@ def test_threadgroup_memory_over_budget_is_reported_as_on_fibers(engine) -> None
 
 
 def test_a_kernel_the_pass_cannot_take_says_why(engine) -> None:
-    # A computed goto (a GNU extension clang accepts) keeps clang from inlining the kernel
-    # into the per-thread entry, so the pass cannot see where its barriers are.
+    # A recursive helper (Metal has recursion in kernels from MSL 2.4) keeps clang from
+    # inlining everything into the per-thread entry, so the pass cannot see where the
+    # kernel's barriers are.
     engine("fast")
-    kernel = mtwork.metal_kernel("engine_computed_goto", ["inp"], ["out"], """
+    kernel = mtwork.metal_kernel("engine_recursion", ["inp"], ["out"], """
         threadgroup float tile[32];
         uint t = thread_position_in_threadgroup.x;
-        void* const targets[2] = {&&even, &&odd};
-        goto *targets[uint(inp[t]) % 2];
-      odd:
-        tile[t] = inp[t] * 2.0f;
-        goto done;
-      even:
-        tile[t] = inp[t];
-      done:
+        tile[t] = inp[t] * float(1 + fibonacci(int(inp[t]) % 2));
         threadgroup_barrier(mem_flags::mem_threadgroup);
         out[t] = tile[31 - t];
-    """)
+    """, header="int fibonacci(int n) { return n < 2 ? n : fibonacci(n - 1) + "
+                "fibonacci(n - 2); }\n")
     x = np.arange(32, dtype=np.float32)
     out = call(kernel, x, 32, threads=32)
     assert kernel.last_engine.name == "fibers"

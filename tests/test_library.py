@@ -317,7 +317,9 @@ def _axpy_call(k, **buffers):
 def test_missing_and_extra_bindings_say_which(lib):
     k = lib.kernel("axpy_float_4")
     x = np.zeros(16, np.float32)
-    with pytest.raises(TypeError, match=r"no binding for buffer\(2\) `alpha`.*buffer\(3\) `n`"):
+    # Metal runs a kernel whose unbound buffers it never reads; one it reads is named.
+    with pytest.raises(TypeError, match=r"no binding for buffer\([23]\) `(alpha|n)`, which "
+                                        r"the kernel reads"):
         _axpy_call(k, x=x, y=x.copy())
     with pytest.raises(TypeError, match=r"has no buffer\(7\); its buffers are: buffer\(0\) `x`"):
         k(buffers={0: x, 1: x.copy(), 2: 1.0, 3: 16, 7: x}, grid=4, threads_per_threadgroup=4)

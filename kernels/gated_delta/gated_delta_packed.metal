@@ -29,12 +29,14 @@ const uint lane = thread_index_in_simdgroup;
 const uint lane_in_row = lane % LanesPerRow;
 const uint dv = thread_position_in_grid.y * RowsPerSimd + lane / LanesPerRow;
 
-const device InT* q_t = q + (b * n_tokens * Hk + hk) * Dk + lane_in_row * PerLane;
-const device InT* k_t = k + (b * n_tokens * Hk + hk) * Dk + lane_in_row * PerLane;
-const device InT* v_t = v + (b * n_tokens * Hv + hv) * Dv + dv;
+// `auto`: MLX binds an input of fewer than 8 elements in the constant address space,
+// so each of these may point to constant as well as device memory.
+auto q_t = q + (b * n_tokens * Hk + hk) * Dk + lane_in_row * PerLane;
+auto k_t = k + (b * n_tokens * Hk + hk) * Dk + lane_in_row * PerLane;
+auto v_t = v + (b * n_tokens * Hv + hv) * Dv + dv;
 device InT* y_t = y + (b * n_tokens * Hv + hv) * Dv + dv;
-const device InT* g_t = g + b * n_tokens * Hv + hv;
-const device InT* beta_t = beta + b * n_tokens * Hv + hv;
+auto g_t = g + b * n_tokens * Hv + hv;
+auto beta_t = beta + b * n_tokens * Hv + hv;
 
 const uint row = (n * Dv + dv) * Dk + lane_in_row * PerLane;
 float s[PerLane];

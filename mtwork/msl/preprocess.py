@@ -27,7 +27,7 @@ from ..errors import CompileError
 from ..toolchain import run_clang
 from .includes import mlx_include_dir
 
-__all__ = ["METAL_DEFINES", "Preprocessed", "preprocess"]
+__all__ = ["METAL_DEFINES", "Preprocessed", "macro_names", "preprocess"]
 
 # What Apple's compiler defines that libraries test (MLX's defines.h tests __METAL__).
 METAL_DEFINES = {"__METAL__": "1", "__METAL_VERSION__": "320", "__METAL_MACOS__": "1"}
@@ -102,16 +102,35 @@ def preprocess(text: str, *, label: str, search_dirs: Sequence[Path] = (), prelu
     return result
 
 
-def _run(source: str, label: str, dirs: Sequence[str], macros: Mapping[str, str]
-         ) -> Preprocessed:
-    args = ["-E", "-x", "c++", "-std=c++20", "-nostdinc", "-nostdinc++",
+def macro_names(prelude: str, *, search_dirs: Sequence[Path] = (),
+                defines: Mapping[str, str] | None = None) -> frozenset[str]:
+    """The macros `prelude` defines (MLX's headers a body-form kernel starts with): code
+    that names none of them, and has no directive, reads the same preprocessed."""
+    macros = {**METAL_DEFINES, **dict(defines or {})}
+    mlx_root = mlx_include_dir()
+    dirs = [*map(str, search_dirs), *([str(mlx_root)] if mlx_root else [])]
+    key = _digest(_CACHE_FORMAT, "macros", prelude,
+                  json.dumps(sorted(macros.items())), *dirs, str(mlx_root))
+    cached = cache_dir() / "preprocessed" / f"{key}.json"
+    if cachedir.is_sealed(cached):
+        cachedir.used(cached)
+        return frozenset(json.loads(cached.read_text()))
+    output = _run(prelude, "the prelude", dirs, macros, extra=("-dM",), raw_output=True)
+    names = sorted(set(re.findall(r"^#define (\w+)", output, flags=re.M)))
+    _store(cached, names)  # type: ignore[arg-type]
+    return frozenset(names)
+
+
+def _run(source: str, label: str, dirs: Sequence[str], macros: Mapping[str, str],
+         extra: Sequence[str] = (), raw_output: bool = False):
+    args = ["-E", *extra, "-x", "c++", "-std=c++20", "-nostdinc", "-nostdinc++",
             "-Wno-everything", "-isystem", str(_stubs()),
             *[arg for d in dirs for arg in ("-I", d)],
             *[f"-D{name}={value}" for name, value in macros.items()], "-"]
     for _ in range(64):  # each round adds the stub of one more Metal header
         result = run_clang(args, label, stdin=source)
         if result.returncode == 0:
-            return _lines(result.stdout)
+            return result.stdout if raw_output else _lines(result.stdout)
         missing = _MISSING.search(result.stderr)
         name = missing.group(1) if missing else ""
         angled = re.search(r"#\s*include\s*<" + re.escape(name) + ">", result.stderr)
@@ -123,7 +142,7 @@ def _run(source: str, label: str, dirs: Sequence[str], macros: Mapping[str, str]
     raise CompileError(label, "too many missing headers while preprocessing")
 
 
-def _store(path: Path, data: dict) -> None:
+def _store(path: Path, data: dict | list) -> None:
     work = cachedir.work_dir()
     try:
         built = work / path.name

@@ -1,5 +1,9 @@
 """The conformance suite's record of measured agreement: each `agreement` call writes a
-row (`report.record`) and the rows are printed as a table at the end."""
+row (`report.record`) and the rows are printed as a table at the end.
+
+Every kernel the suite compiles passes the Metal front end with every file it includes
+held to the rules, MLX's headers too (`frontend.checking_every_file`): the corpora compile
+on Apple's compiler, so a rule that refuses any of them is wrong, and fails here."""
 
 from __future__ import annotations
 
@@ -11,8 +15,15 @@ from typing import Any
 import pytest
 
 import mtwork
+from mtwork.backends.sim.compile import frontend
 
 from .report import record
+
+
+@pytest.fixture(autouse=True)
+def _every_file_held_to_the_metal_rules():
+    with frontend.checking_every_file():
+        yield
 
 
 @dataclass(frozen=True)

@@ -21,6 +21,7 @@ from `report.findings` when it ran, or the profiler's `Counters` from `report.pr
 from __future__ import annotations
 
 import os
+import re
 import threading
 import time
 from collections.abc import Callable
@@ -30,10 +31,10 @@ from pathlib import Path
 import numpy as np
 
 from ...dispatch import Completion, Dispatch, Engine, Fresh, Program
-from ...errors import KernelFault, KernelTimeout
+from ...errors import CompileError, KernelFault, KernelTimeout
 from ...sanitizer import SanitizerError
 from ...toolchain import clang
-from .compile import compiler
+from .compile import compiler, frontend
 from .compile.lockstep import needs_lockstep
 from .compile.sources import never_blocks, translation_unit
 from .count.instrument import Table
@@ -41,7 +42,7 @@ from .engine import Engines, FastLibrary, check_same
 from .report import findings, profiling
 from .run import abi, runtime
 from .run.isolation import Isolated, isolate_by_default
-from .run.memory import Memory
+from .run.memory import Memory, unbound_index
 
 __all__ = ["SimBackend"]
 
@@ -78,6 +79,24 @@ def _needs_lockstep(program: Program) -> bool:
     return needs_lockstep([program.sources.text, *(t for _, t in program.sources.files)])
 
 
+_FAULT_ADDRESS = re.compile(r"at address (0x[0-9a-fA-F]+)(?: in (?P<where>.*))?")
+
+
+def _unbound_read(program: Program, call: Dispatch, fault: KernelFault) -> TypeError | None:
+    """The error naming the unbound buffer a fault read or wrote, when it was one (its slot
+    points where nothing is mapped, `run.memory.unbound_index`)."""
+    found = _FAULT_ADDRESS.search(fault.detail)
+    index = unbound_index(int(found.group(1), 16)) if found else None
+    if index is None or index not in call.unbound:
+        return None
+    name = next((p.name for p in program.params if p.kind == "buffer" and p.index == index),
+                "")
+    where = f" ({found.group('where')})" if found and found.group("where") else ""
+    return TypeError(f"kernel `{program.label}`: no binding for buffer({index}) `{name}`, "
+                     f"which the kernel reads{where}; bind it (Metal leaves only buffers a "
+                     f"kernel never reads unbound)")
+
+
 @dataclass(frozen=True)
 class _Compiled:
     library: runtime.KernelLibrary
@@ -91,7 +110,8 @@ class SimBackend:
 
     name = "sim"
 
-    def __init__(self) -> None:
+    def __init__(self, *, checks: bool = True) -> None:
+        self._checks = checks  # the Metal front end's check before each compile
         self._compiled: dict[tuple[str, str, str], _Compiled] = {}
         # The same, by program: a cached call skips writing its translation unit.
         self._by_program: dict[tuple[Program, str], _Compiled] = {}
@@ -113,12 +133,35 @@ class SimBackend:
     def compile(self, program: Program, *, sanitize: bool = False,
                 profile: bool = False) -> _Compiled:
         """Compiles `program` (once per translation unit and variant: plain, sanitized or
-        profiled); a `CompileError` quotes the author's files and lines."""
+        profiled) after the Metal front end's check (`compile.frontend`: a
+        `MetalRuleError` for what Apple's compiler refuses); a `CompileError` quotes the
+        author's files and lines."""
         variant = "profile" if profile else "sanitize" if sanitize else ""
         with self._lock:
             hit = self._by_program.get((program, variant))
         if hit is not None:
             return hit
+        # The check runs beside the build (both are mostly clang's processes), and its
+        # verdict comes first: a kernel that breaks a rule is refused even where the
+        # emulator's C++ would build it.
+        checking = frontend.Check(program) if self._checks else None
+        try:
+            compiled = self._build(program, variant, sanitize, profile)
+        except CompileError:
+            if checking is not None:
+                checking.verdict()
+            raise
+        if checking is not None:
+            checking.verdict()
+        with self._lock:
+            if len(self._by_program) > _PROGRAMS_KEPT:
+                self._by_program.clear()
+            self._by_program[(program, variant)] = compiled
+        return compiled
+
+    def _build(self, program: Program, variant: str, sanitize: bool,
+               profile: bool) -> _Compiled:
+        """The library of `program` in `variant` (once per translation unit)."""
         lockstep = _needs_lockstep(program)
         tu, tree = translation_unit(program)
         key = (tu.text, program.math_mode, variant + "+lockstep" * lockstep)
@@ -128,14 +171,12 @@ class SimBackend:
             return hit
         path = compiler.compile_kernel(tu, program.math_mode, program.label,
                                        include_dirs=tree.include_dirs, sanitize=sanitize,
-                                       profile=profile, lockstep=lockstep)
+                                       profile=profile, lockstep=lockstep,
+                                       target=program.target)
         table = profiling.load_table(path) if profile else None
         compiled = _Compiled(runtime.load(path), tu, table, lockstep)
         with self._lock:
             self._compiled[key] = compiled
-            if len(self._by_program) > _PROGRAMS_KEPT:
-                self._by_program.clear()
-            self._by_program[(program, variant)] = compiled
         return compiled
 
     def dispatch(self, program: Program, call: Dispatch) -> Completion:
@@ -215,9 +256,7 @@ class SimBackend:
                     why = "the kernel faulted on the fast path; the fiber engine ran it again"
                     barrier_free, fast = False, None
                     continue
-                if sanitizing is None:
-                    raise
-                self._raise_with_report(program, compiled, sanitizing, memory, fault)
+                self._raise_fault(program, compiled, call, sanitizing, memory, fault)
             report = None
             if sanitizing is not None:
                 report = findings.report(program.label, compiled.translation,
@@ -288,6 +327,18 @@ class SimBackend:
         if not barrier_free and sanitizing is None:
             self._engines.ran_on_fibers(library.path, time.perf_counter() - start)
         return used
+
+    def _raise_fault(self, program: Program, compiled: _Compiled, call: Dispatch,
+                     sanitizing: abi.Sanitizing | None, memory: Memory,
+                     fault: KernelFault) -> None:
+        """Raises what a fault on the fiber engine means: a read of an unbound buffer (a
+        TypeError naming it), the sanitizer's report, or the fault itself."""
+        unbound = _unbound_read(program, call, fault)
+        if unbound is not None:
+            raise unbound from None
+        if sanitizing is None:
+            raise fault
+        self._raise_with_report(program, compiled, sanitizing, memory, fault)
 
     def _raise_with_report(self, program: Program, compiled: _Compiled,
                            sanitizing: abi.Sanitizing, memory: Memory,

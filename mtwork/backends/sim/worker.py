@@ -37,7 +37,9 @@ class _Worker:
     `Dispatch` over views of the arena as it is mapped now."""
 
     def __init__(self) -> None:
-        self.backend = SimBackend()
+        # The caller's process checked each program against Metal's rules before it sent
+        # it here.
+        self.backend = SimBackend(checks=False)
         self.arena = Arena()
         self.programs: dict[int, Program] = {}
         self.plans: dict[int, Plan] = {}
@@ -67,7 +69,7 @@ class _Worker:
                 done.counters)
 
     def _prepare(self, plan_id: int) -> tuple[Dispatch, dict[int, np.ndarray]]:
-        geometry, options, timeout, threadgroup_memory, _, placed = self.plans[plan_id]
+        geometry, options, timeout, threadgroup_memory, _, placed, unbound = self.plans[plan_id]
         views: dict[int, np.ndarray] = {}
         buffers: dict[int, Bound | Fresh] = {}
         for index, placement, spec in placed:
@@ -79,7 +81,7 @@ class _Worker:
                 buffers[index] = Bound(views[index], dtype, writable=writable,
                                        contiguous=False)
         call = Dispatch(buffers, geometry, dataclasses.replace(options, timeout=timeout),
-                        dict(threadgroup_memory))
+                        dict(threadgroup_memory), unbound)
         self.calls[plan_id] = call, views
         return call, views
 

@@ -27,6 +27,7 @@ from .... import cachedir
 from ....cachedir import cache_dir
 from ....errors import CompileError, EmulatorUnavailable
 from ....msl.includes import mlx_include_dir
+from ....msl.target import DEFAULT_TARGET, Target
 from ....toolchain import run_clang
 from ..count.instrument import author_place, instrument
 from . import precompiled
@@ -81,7 +82,13 @@ MATH_MODE_FLAGS = {
 TARGET_FLAGS = (
     ("-march=native", "-mno-avx512bf16") if platform.machine() in ("x86_64", "AMD64") else ()
 )
-KERNEL_DEFINES = ("-D__METAL_VERSION__=320", "-DMLX_METAL_JIT", "-D__HAVE_MTWORK_EMULATOR__=1")
+KERNEL_DEFINES = ("-DMLX_METAL_JIT", "-D__HAVE_MTWORK_EMULATOR__=1")
+
+
+def target_defines(target: Target) -> tuple[str, ...]:
+    """What Apple's compiler predefines for the target's language version
+    (``__METAL_VERSION__``, ``__HAVE_BFLOAT__``, ...; `mtwork.msl.target`)."""
+    return tuple(f"-D{name}={value}" for name, value in target.predefined_macros().items())
 # Kernels keep the arrays they index on a private stack of their own (clang's SafeStack;
 # the runtime says where each fiber's is): a thread-private array indexed out of bounds,
 # which the GPU tolerates (MLX's layer_norm writes below one), then overwrites the
@@ -254,15 +261,19 @@ METAL_PREDECLARED = ("-include", str(SHIM_DIR / "metal_types"))
 
 def compile_kernel(tu: Translation, math_mode: str, kernel_label: str,
                    include_dirs: Sequence[Path] = (), sanitize: bool = False,
-                   profile: bool = False, lockstep: bool = False) -> Path:
+                   profile: bool = False, lockstep: bool = False,
+                   target: Target = DEFAULT_TARGET) -> Path:
     """Compiles a translation unit into a shared library (cached) and returns its path.
 
-    `include_dirs` are searched after the shim and MLX's headers (`-I`, in order);
-    `sanitize` builds the instrumented variant the sanitizer mode runs; `profile` the
-    profiler's, in a folder with the `instrument.Table` of its blocks (``table.json``);
-    `lockstep` traces the plain build's loads and stores (both variants trace them).
+    `include_dirs` are searched before MLX's headers (`-I`, in order: a quoted include
+    finds the including file's folder, then these, then MLX's); `sanitize` builds the
+    instrumented variant the sanitizer mode runs; `profile` the profiler's, in a folder
+    with the `instrument.Table` of its blocks (``table.json``); `lockstep` traces the
+    plain build's loads and stores (both variants trace them); `target` sets what
+    Apple's compiler predefines for the language version.
     """
-    flags = kernel_flags(math_mode, sanitize=sanitize, profile=profile, lockstep=lockstep)
+    flags = kernel_flags(math_mode, sanitize=sanitize, profile=profile, lockstep=lockstep,
+                         target=target)
     runtime = _runtime_beside()
     user_includes = [arg for d in include_dirs for arg in ("-I", str(d))]
     # The prelude's folder is named after MLX's headers and the rewrites applied to them: a
@@ -278,7 +289,7 @@ def compile_kernel(tu: Translation, math_mode: str, kernel_label: str,
     try:
         cpp = work / "kernel.cpp"
         cpp.write_text(tu.text)
-        includes = [*kernel_includes(), *user_includes]
+        includes = kernel_includes(user_includes)
         pch = precompiled_prelude(tu, flags)
         if profile:
             built = _compile_profiled(tu, flags, includes, cpp, kernel_label, pch)
@@ -312,18 +323,21 @@ def _runtime_beside() -> threading.Thread | None:
 
 
 def kernel_flags(math_mode: str, *, sanitize: bool = False, profile: bool = False,
-                 lockstep: bool = False) -> list[str]:
+                 lockstep: bool = False, target: Target = DEFAULT_TARGET) -> list[str]:
     """clang's flags for a kernel in `math_mode`: plain, sanitized or profiled (a plain
-    build in `lockstep` traces its accesses)."""
+    build in `lockstep` traces its accesses), for `target`'s language version."""
     variant = (SANITIZE_FLAGS if sanitize else PROFILE_FLAGS if profile
                else (*NO_DEBUG_INFO, *(LOCKSTEP_FLAGS if lockstep else ())))
     return [*COMMON_FLAGS, *TARGET_FLAGS, *MATH_MODE_FLAGS[math_mode], *KERNEL_DEFINES,
-            *KERNEL_FLAGS, *variant]
+            *target_defines(target), *KERNEL_FLAGS, *variant]
 
 
-def kernel_includes() -> list[str]:
-    """Where a kernel's includes are found: the shim, then MLX's rewritten headers."""
-    return ["-isystem", str(SHIM_DIR), *METAL_PREDECLARED, "-I", str(prelude_dir())]
+def kernel_includes(user_includes: Sequence[str] = ()) -> list[str]:
+    """Where a kernel's includes are found: the shim, then the author's folders
+    (`user_includes`, as ``-I`` arguments), then MLX's rewritten headers: a header of the
+    author's named like one of MLX's is the author's, as `load_metal` says."""
+    return ["-isystem", str(SHIM_DIR), *METAL_PREDECLARED, *user_includes,
+            "-I", str(prelude_dir())]
 
 
 def precompiled_prelude(tu: Translation, flags: Sequence[str]) -> Path | None:

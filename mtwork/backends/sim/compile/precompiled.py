@@ -58,13 +58,13 @@ def leading_headers(tu: Translation, shim_dir: Path, mlx_dir: Path) -> tuple[str
     for line in tu.sources.text.splitlines():
         if not scan.take(line, found):
             break
+    # A quoted include finds the author's header first, when there is one of that name
+    # beside the main file or in the author's folders: the list ends before it.
+    folders = list(tu.sources.search_dirs)
     if tu.tree is not None and tu.sources.path is not None:
-        # A quoted include finds the author's neighbour first, when there is one: the
-        # list ends before it.
-        near = tu.tree / tu.sources.path.parent.relative_to(tu.sources.path.anchor)
-        shadowed = [i for i, h in enumerate(found) if (near / h).exists()]
-        found = found[: shadowed[0]] if shadowed else found
-    return tuple(found)
+        folders.append(tu.tree / tu.sources.path.parent.relative_to(tu.sources.path.anchor))
+    shadowed = [i for i, h in enumerate(found) if any((d / h).exists() for d in folders)]
+    return tuple(found[: shadowed[0]] if shadowed else found)
 
 
 @dataclass(frozen=True)

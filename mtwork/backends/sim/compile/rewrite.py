@@ -333,6 +333,15 @@ def _drop_explicit_instantiations(text: str) -> str:
 _THREADGROUP_ATTRIBUTE = re.compile(r"\[\[\s*threadgroup\s*\(")
 
 
+def rewrite_keeping_address_spaces(text: str) -> str:
+    """The rewrites the address-space check needs (`address_spaces.py`): threadgroup
+    variables as references into threadgroup memory and explicit instantiations dropped;
+    overloads on address spaces stay (they are real there) and literals as written."""
+    text = _THREADGROUP_ATTRIBUTE.sub("[[mtw_threadgroup(", text)
+    text = _rewrite_threadgroup_variables(text)
+    return _drop_explicit_instantiations(text)
+
+
 def rewrite_msl(text: str) -> str:
     """Applies every rewrite; see the module docstring."""
     # `threadgroup` is an empty macro, so its attribute form must not see it.

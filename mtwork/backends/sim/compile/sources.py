@@ -27,8 +27,8 @@ from .launcher import LaunchParam, launcher_source
 from .rewrite import rewrite_msl
 from .translation import Translation
 
-__all__ = ["THREADGROUP_SLOT_BASE", "for_emulator", "never_blocks", "rewriters_digest",
-           "translation_unit"]
+__all__ = ["THREADGROUP_SLOT_BASE", "SourceTree", "for_emulator", "never_blocks",
+           "rewriters_digest", "source_tree", "translation_unit"]
 
 Launcher = Callable[[str, Sequence[LaunchParam]], str]
 
@@ -83,13 +83,18 @@ def rewriters_digest() -> str:
     return _digest(*(p.read_text() for p in _REWRITERS))
 
 
-def source_tree(program: Program) -> SourceTree:
-    """Writes (once per content) the rewritten copy of `program`'s files."""
+Rewrite = Callable[[str], str]
+
+
+def source_tree(program: Program, rewrite: Rewrite = for_emulator,
+                folder: str = "sources") -> SourceTree:
+    """Writes (once per content) the rewritten copy of `program`'s files (`rewrite` turns
+    one file's text into what is compiled, into the cache's `folder`)."""
     src = program.sources
     parts = [rewriters_digest(), src.label, src.text, str(src.path)]
     for path, text in sorted(src.files):
         parts += [str(path), text]
-    root = cache_dir() / "sources" / _digest(*parts, *map(str, src.search_dirs))
+    root = cache_dir() / folder / _digest(*parts, *map(str, src.search_dirs))
 
     def mirrored(path: Path) -> Path:
         return root / path.relative_to(path.anchor)
@@ -99,15 +104,16 @@ def source_tree(program: Program) -> SourceTree:
     with _tree_lock:
         if not cachedir.is_sealed(root):
             cachedir.discard(root)
-            _write_tree(root, main, dirs, program)
+            _write_tree(root, main, dirs, program, rewrite)
     return SourceTree(root, main, dirs)
 
 
-def _write_tree(root: Path, main: Path, dirs: tuple[Path, ...], program: Program) -> None:
+def _write_tree(root: Path, main: Path, dirs: tuple[Path, ...], program: Program,
+                rewrite: Rewrite) -> None:
     src = program.sources
     tmp = cachedir.work_dir()
-    files = [(tmp / main.relative_to(root), _line_directive(src.label) + for_emulator(src.text))]
-    files += [(tmp / p.relative_to(p.anchor), _line_directive(str(p)) + for_emulator(t))
+    files = [(tmp / main.relative_to(root), _line_directive(src.label) + rewrite(src.text))]
+    files += [(tmp / p.relative_to(p.anchor), _line_directive(str(p)) + rewrite(t))
               for p, t in src.files]
     for path, text in files:
         path.parent.mkdir(parents=True, exist_ok=True)

@@ -27,6 +27,7 @@ from pathlib import Path
 from .... import cachedir
 from ....cachedir import cache_dir
 from ....dispatch import Program
+from ....msl.target import Target
 from ....toolchain import run_clang
 from ..compile import compiler, precompiled
 from ..compile.launcher import LaunchParam, call_arguments
@@ -75,12 +76,13 @@ def _engine_version() -> str:
     return h.hexdigest()[:16]
 
 
-def _flags(math_mode: str) -> list[str]:
+def _flags(math_mode: str, target: Target) -> list[str]:
     common = [f for f in compiler.COMMON_FLAGS if f != "-O2"]
     # 4-byte alignment for vector accesses through pointers, as the fiber engine's build
     # (compiler.KERNEL_FLAGS says why); no SafeStack: the engine runs threads as loops.
     return [*common, *compiler.TARGET_FLAGS, *compiler.MATH_MODE_FLAGS[math_mode],
-            *compiler.KERNEL_DEFINES, f"-fmax-type-align={compiler.POINTER_ALIGN}"]
+            *compiler.KERNEL_DEFINES, *compiler.target_defines(target),
+            f"-fmax-type-align={compiler.POINTER_ALIGN}"]
 
 
 def _always_inline(text: str) -> str:
@@ -107,15 +109,16 @@ def _run(args: list[str], label: str) -> str | None:
     return None if result.returncode == 0 else result.stderr[-2000:]
 
 
-def _compile(work: Path, tu: Translation, math_mode: str, label: str,
+def _compile(work: Path, tu: Translation, program: Program,
              includes: list[str]) -> tuple[Path | None, str | None]:
-    flags = _flags(math_mode)
+    label = program.label
+    flags = _flags(program.math_mode, program.target)
     source, front, inlined, transformed = (work / n for n in (
         "kernel.cpp", "front.ll", "inlined.ll", "engine.ll"))
     source.write_text(tu.text)
     pch = compiler.precompiled_prelude(tu, [*flags, *_FRONT_END_FLAGS])
-    result = precompiled.run_from(pch, [*flags, *_FRONT_END, *compiler.kernel_includes(),
-                                        *includes, str(source), "-o", str(front)],
+    result = precompiled.run_from(pch, [*flags, *_FRONT_END, *compiler.kernel_includes(includes),
+                                        str(source), "-o", str(front)],
                                   lambda args: run_clang(args, label))
     error = None if result.returncode == 0 else result.stderr[-2000:]
     if error:
@@ -142,11 +145,10 @@ def _compile(work: Path, tu: Translation, math_mode: str, label: str,
 def build(program: Program) -> Built:
     """The fast engine's library for `program` (built once, then from the cache)."""
     tu, tree = translation_unit(program, launcher=engine_launcher)
-    label = program.label
     includes = [arg for d in tree.include_dirs for arg in ("-I", str(d))]
     # Keyed as the fiber engine's library is: by the prelude's folder too (MLX's headers
     # and the rewrites applied to them).
-    key = compiler.digest(tu.text, " ".join(_flags(program.math_mode)),
+    key = compiler.digest(tu.text, " ".join(_flags(program.math_mode, program.target)),
                           compiler.shim_version(), _engine_version(),
                           str(compiler.prelude_dir()), *includes)
     folder = cache_dir() / "engine"
@@ -158,7 +160,7 @@ def build(program: Program) -> Built:
     folder.mkdir(parents=True, exist_ok=True)
     work = cachedir.work_dir()
     try:
-        library, reason = _compile(work, tu, program.math_mode, label, includes)
+        library, reason = _compile(work, tu, program, includes)
         if library is None:
             note = work / "refused"
             note.write_text(reason or "")

@@ -15,10 +15,21 @@
 // is `const`: a `constexpr constant float t[16]` table then passes to a `constant float*`
 // parameter. `const constant T&` repeats the const, which clang accepts (warning off).
 #pragma clang diagnostic ignored "-Wduplicate-decl-specifier"
+#ifdef __OPENCL_CPP_VERSION__
+// The address-space check (mtwork/backends/sim/compile/address_spaces.py) parses kernels as
+// C++ for OpenCL, whose address spaces are real: a conversion between two of them is an
+// error, as in Metal. Metal's four map to OpenCL's so that each pair stays distinct and the
+// implicit copy of an object works in each (OpenCL's generic space holds the named three).
+#define device __private
+#define constant __global
+#define thread
+#define threadgroup __local
+#else
 #define device
 #define constant const
 #define thread
 #define threadgroup
+#endif
 #define threadgroup_imageblock
 #define ray_data
 #define object_data
@@ -26,6 +37,12 @@
 #define coherent(scope)
 // Function qualifiers: a kernel is an ordinary function here (the launcher calls it).
 #define kernel
+
+// MSL's assert: it checks nothing here (as a C++ assert under NDEBUG), but its condition
+// must still compile.
+#ifndef assert
+#define assert(condition) ((void)sizeof((condition) ? 1 : 0))
+#endif
 
 #define METAL_FUNC inline __attribute__((always_inline))
 #define METAL_INTERNAL

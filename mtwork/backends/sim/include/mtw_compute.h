@@ -57,10 +57,16 @@ template <typename T, size_t N> struct __mtw_element<T[N]> {
 
 // A threadgroup variable declared in a kernel: each thread walks the same declarations in
 // the same order, so a per-thread bump cursor gives every thread the same address.
+#ifdef __OPENCL_CPP_VERSION__
+// The address-space check: a threadgroup variable is threadgroup memory (declared only).
+template <typename T>
+__local T& __mtw_threadgroup_var(const __constant char* name);
+#else
 template <typename T>
 MTW_INLINE T& __mtw_threadgroup_var(const char* name) {
   return *static_cast<T*>(mtw_threadgroup_alloc(sizeof(T), alignof(T) < 16 ? 16 : alignof(T),
                                                 name,
                                                 sizeof(typename __mtw_element<T>::type)));
 }
+#endif
 

@@ -18,4 +18,7 @@ struct os_log {
 };
 template <typename... Args>
 void os_log_default_log(const char*, Args...) {}
+// The default log object (MSL 3.2 specification, section 6.19 "Logging Functions"):
+// `os_log_default.log("x = %d", x)`.
+inline constexpr os_log os_log_default{};
 }  // namespace metal

@@ -82,6 +82,11 @@ struct matrix {
   friend MTW_INLINE matrix operator*(S s, const matrix& a) {
     return a.__map([&](column_type x, int) { return T(s) * x; });
   }
+  // Per element, as a matrix times a scalar (llama.cpp divides its score tiles so).
+  template <typename S, enable_if_t<__is_scalar_v<S>, int> = 0>
+  friend MTW_INLINE matrix operator/(const matrix& a, S s) {
+    return a.__map([&](column_type x, int) { return x / T(s); });
+  }
   // The column combination sum_c m[c] * v[c].
   friend MTW_INLINE column_type operator*(const matrix& m, vec<T, Cols> v) {
     column_type r = m[0] * v[0];
@@ -104,6 +109,10 @@ struct matrix {
   template <typename S, enable_if_t<__is_scalar_v<S>, int> = 0>
   MTW_INLINE matrix& operator*=(S s) {
     return *this = *this * s;
+  }
+  template <typename S, enable_if_t<__is_scalar_v<S>, int> = 0>
+  MTW_INLINE matrix& operator/=(S s) {
+    return *this = *this / s;
   }
   template <int C = Cols, enable_if_t<C == Rows, int> = 0>
   MTW_INLINE matrix& operator*=(const matrix& b) {

@@ -21,7 +21,7 @@ from ....errors import KernelDeadlock, KernelFault, ThreadgroupMemoryError
 from ....sanitizer import Finding, SanitizerReport
 from ..compile.translation import Translation
 from ..run import abi, runtime
-from ..run.memory import Memory
+from ..run.memory import UNBOUND_SPAN, Memory
 from .places import Places
 from .symbolizer import symbolize
 
@@ -33,11 +33,20 @@ def _buffer_params(program: Program) -> list:
 
 
 def describe_buffers(memory: Memory) -> abi.Sanitizing:
-    """What the runtime checks accesses against: every buffer, and the pointer table."""
-    params = [p for p in _buffer_params(memory.program) if p.index in memory.arrays]
+    """What the runtime checks accesses against: every buffer, and the pointer table. An
+    unbound buffer's slot is described as an input, so that reading it is no finding but
+    the fault that names it (`unbound_index`)."""
+    unbound = set(memory.dispatch.unbound)
+    params = [p for p in _buffer_params(memory.program)
+              if p.index in memory.arrays or p.index in unbound]
     infos = (abi.BufferInfo * (len(params) + 1))()
     shadows: list[np.ndarray] = []
     for info, p in zip(infos, params):
+        if p.index in unbound:
+            info.base, info.size = memory.table[p.index], UNBOUND_SPAN
+            info.element_size, info.name, info.kind = 1, p.name.encode(), abi.BUFFER_INPUT
+            shadows.append(np.zeros(0, dtype=np.uint8))
+            continue
         arr = memory.arrays[p.index]
         lo, hi = byte_span(arr)
         info.base, info.size = lo, hi - lo
@@ -50,7 +59,9 @@ def describe_buffers(memory: Memory) -> abi.Sanitizing:
             shadows.append(shadow)
             info.written = shadow.ctypes.data
         else:
-            info.kind = abi.BUFFER_INPUT if kind == "input" else abi.BUFFER_INTERNAL
+            # MLX's shape, strides and ndim helpers are read-only inputs of the kernel too:
+            # an access past one of them is that buffer's.
+            info.kind = abi.BUFFER_INPUT
             shadows.append(np.zeros(0, dtype=np.uint8))
     table = infos[len(params)]
     table.base = ctypes.addressof(memory.table)
@@ -122,10 +133,10 @@ class _Reader:
     def _array_index(self, f: abi.Finding, stack) -> dict:
         s = self.sanitizing
         type_name = s.arrays[f.tg_array][0] if 0 <= f.tg_array < len(s.arrays) else ""
-        array = self.places.subscripted(stack)
+        array, access = self.places.subscripted(stack)
         threadgroup = {n for n, _ in s.arrays if not n.startswith("'")}
         role = "threadgroup" if array in threadgroup else "thread-private"
-        return dict(where=array or f"{role} array", element=int(f.element),
+        return dict(where=array or f"{role} array", element=int(f.element), access=access,
                     detail=f"{role} array of type {type_name}" if type_name else "")
 
     def _inactive_lane(self, f: abi.Finding) -> dict:
@@ -164,8 +175,10 @@ def _unwritten_outputs(name: str, memory: Memory,
     fresh = {p.index: p for p in _buffer_params(memory.program) if memory.kind(p) == "fresh"}
     for index, shadow in zip(sanitizing.indices, sanitizing.shadows):
         p = fresh.get(index)
+        if p is None:
+            continue
         buf = memory.arrays[index]
-        if p is None or not buf.size or memory.dispatch.buffers[index].fill is not None:
+        if not buf.size or memory.dispatch.buffers[index].fill is not None:
             continue
         per_element = shadow[: buf.nbytes].reshape(buf.size, buf.itemsize).all(axis=1)
         missing = np.flatnonzero(~per_element)

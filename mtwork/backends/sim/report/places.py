@@ -26,6 +26,11 @@ __all__ = ["Place", "Places"]
 
 # The subscripted expression at a column: `a`, `tile.v`, `frag->val`.
 _SUBSCRIPTED = re.compile(r"[A-Za-z_]\w*(?:(?:\.|->)[A-Za-z_]\w*)*")
+# What makes a subscript the target of a store: an assignment after its `]` (not `==`),
+# or an increment.
+_STORE_AFTER = re.compile(r"\s*(?:(?:[-+*/%&|^]|<<|>>)?=(?!=)|\+\+|--)")
+# An assignment operator at a column (where the check of a store points).
+_ASSIGNMENT = re.compile(r"(?:[-+*/%&|^]|<<|>>)?=(?!=)")
 
 
 @dataclass(frozen=True)
@@ -94,7 +99,8 @@ class Places:
         if Path(file).parent.parent == self.translation_units:
             return None
         mlx = _inside(file, self.mlx)
-        return Place(f"{mlx if mlx is not None else file}:{line}", False)
+        return Place(f"{mlx if mlx is not None else file}:{line}", False, file=file, line=line,
+                     column=column)
 
     def stack(self, offsets: Iterable[int]) -> list[Place]:
         """The places of a finding's code offset and the calls that led to it, innermost
@@ -114,14 +120,71 @@ class Places:
         caller = author[-1].text if author and author[-1].text != shown[0].text else ""
         return shown[0].text, caller
 
-    def subscripted(self, stack: list[Place]) -> str:
-        """The name of what is subscripted at the innermost place (an array-bounds
-        check's location points at it), when that is in the author's files."""
+    def subscripted(self, stack: list[Place]) -> tuple[str, str]:
+        """What is subscripted at the innermost place, and whether it is read or written
+        ("" for each where it cannot be told): an array-bounds check's location points
+        at the subscripted array when it is read, at the assignment when it is written."""
         inner = stack[0] if stack else None
-        if inner is None or not inner.author or inner.column <= 0:
-            return ""
-        lines = self.tu.lines_of(inner.file)
-        if lines is None or inner.line > len(lines[1]):
-            return ""
-        found = _SUBSCRIPTED.match(lines[1][inner.line - 1], inner.column - 1)
-        return found.group(0) if found else ""
+        text = self._line_text(inner) if inner is not None and inner.column > 0 else None
+        if inner is None or text is None:
+            return "", ""
+        at = inner.column - 1
+        if _ASSIGNMENT.match(text, at):
+            target = _subscript_before(text, at)
+            return (target, "write") if target else ("", "")
+        found = _SUBSCRIPTED.match(text, at)
+        if found is None:
+            return "", ""
+        close = _subscript_end(text, found.end())
+        stored = close is not None and _STORE_AFTER.match(text, close)
+        return found.group(0), "write" if stored else "read"
+
+    def _line_text(self, place: Place) -> str | None:
+        """The compiled text of `place`'s line (the author's files' rewritten copies, or
+        MLX's headers' copy), when it can be read."""
+        if place.author:
+            lines = self.tu.lines_of(place.file)
+            compiled = lines[1] if lines is not None else []
+        else:
+            try:
+                compiled = Path(place.file).read_text().split("\n")
+            except OSError:
+                return None
+        return compiled[place.line - 1] if 0 < place.line <= len(compiled) else None
+
+
+def _subscript_end(text: str, start: int) -> int | None:
+    """Just past the subscripts that follow `start` (`[i]`, `[i][j]`), or None."""
+    at, depth = start, 0
+    while at < len(text):
+        c = text[at]
+        if c == "[":
+            depth += 1
+        elif c == "]":
+            depth -= 1
+            if depth == 0 and not text[at + 1:].lstrip().startswith("["):
+                return at + 1
+        elif depth == 0 and not c.isspace():
+            return None
+        at += 1
+    return None
+
+
+def _subscript_before(text: str, end: int) -> str:
+    """The array subscripted on the left of an assignment ending at `end`: `a` of
+    `a[i][j] =`, `tile.v` of `tile.v[k] +=`."""
+    left = text[:end].rstrip()
+    depth = 0
+    at = len(left) - 1
+    if at < 0 or left[at] != "]":
+        return ""
+    while at >= 0:
+        if left[at] == "]":
+            depth += 1
+        elif left[at] == "[":
+            depth -= 1
+            if depth == 0 and not left[:at].rstrip().endswith("]"):
+                break
+        at -= 1
+    names = re.search(r"[A-Za-z_]\w*(?:\s*(?:\.|->)\s*[A-Za-z_]\w*)*\s*$", left[:at])
+    return re.sub(r"\s+", "", names.group(0)) if names else ""

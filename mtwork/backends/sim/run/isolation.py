@@ -309,7 +309,7 @@ class Isolated:
         # The plan does not depend on the kernel: calls of several kernels share it.
         key = (call.geometry, call.options, timeout,
                tuple(sorted(call.threadgroup_memory.items())), tuple(indices), tuple(shapes),
-               owners)
+               owners, call.unbound)
         kept_plan = self._plans.get(key)
         plan = (kept_plan[1] if kept_plan is not None
                 else _plan(call, indices, spans, owners, timeout))
@@ -387,7 +387,8 @@ def _plan(call: Dispatch, indices: list[int], spans: dict[int, Span], owners: tu
     message = (call.geometry, call.options, timeout,
                tuple(sorted(call.threadgroup_memory.items())),
                () if call.options.sanitize else guards,
-               tuple((i, placements[i], _spec(call.buffers[i])) for i in indices))
+               tuple((i, placements[i], _spec(call.buffers[i])) for i in indices),
+               call.unbound)
     return _Plan(placements, size, message)
 
 

@@ -42,9 +42,21 @@ from ..compile.compiler import POINTER_ALIGN
 from ..compile.sources import THREADGROUP_SLOT_BASE
 from .arena import ALIGN, guarded
 
-__all__ = ["Memory"]
+__all__ = ["UNBOUND_SPAN", "Memory", "unbound_index"]
 
 _CONST = re.compile(r"\bconst(?:ant)?\b")
+# An unbound buffer's slot points into the lowest 64 KiB of the address space, which no
+# process maps, 2 KiB apart per index: a read faults there, and the fault's address names
+# the buffer (`unbound_index`).
+_UNBOUND_SPACING = UNBOUND_SPAN = 1 << 11
+_UNBOUND_LIMIT = 1 << 16
+
+
+def unbound_index(address: int) -> int | None:
+    """The ``[[buffer(n)]]`` index whose unbound slot `address` falls in, or None."""
+    if not _UNBOUND_SPACING <= address < _UNBOUND_LIMIT:
+        return None
+    return address // _UNBOUND_SPACING - 1
 
 
 def _derived(kind: str, view: np.ndarray) -> np.ndarray:
@@ -109,6 +121,8 @@ class Memory:
         self.table = (ctypes.c_void_p * slots)()
         for index, arr in self.arrays.items():
             self.table[index] = arr.ctypes.data if arr.size else None
+        for index in self.dispatch.unbound:
+            self.table[index] = (index + 1) * _UNBOUND_SPACING
         offset = 0
         for index, size in sizes.items():
             self.table[THREADGROUP_SLOT_BASE + index] = offset

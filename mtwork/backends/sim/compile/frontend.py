@@ -1,0 +1,105 @@
+"""The Metal front end every compile on the emulator passes first: what Apple's compiler
+would refuse is refused here, at the author's lines, with the rule and its section of the
+Metal Shading Language specification (`MetalRuleError`), before clang builds the kernel
+as C++ (which would accept it).
+
+Two parts: the text rules (`mtwork.msl.rules`: excluded C++ features, scalar types,
+program-scope and threadgroup variables, kernel arguments, function constants, the GPU
+family's limits) and the address-space check (`address_spaces.py`, clang parsing the
+program with Metal's address spaces as real ones). Both are cached by content.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import threading
+from collections.abc import Iterator
+
+from ....dispatch import BodyForm, Program
+from ....errors import MetalRuleError
+from ....msl.rules import Violation, text_violations
+from .address_spaces import address_space_violations
+
+__all__ = ["Check", "check", "checking_every_file", "violations"]
+
+_DEFINE = re.compile(r"^#define\s+([A-Za-z_]\w*)(?:\s+(.*))?$", re.M)
+_every_file = threading.local()
+
+
+@contextlib.contextmanager
+def checking_every_file() -> Iterator[None]:
+    """Within it, the check holds every file a kernel includes to the rules, MLX's headers
+    too (the conformance suite's check of the check: Apple compiles them all)."""
+    before = getattr(_every_file, "on", False)
+    _every_file.on = True
+    try:
+        yield
+    finally:
+        _every_file.on = before
+
+
+def _holding_every_file() -> bool:
+    return getattr(_every_file, "on", False)
+
+
+def text_rule_violations(program: Program) -> tuple[Violation, ...]:
+    """What the text rules find in `program`'s sources."""
+    src = program.sources
+    defines = tuple((m.group(1), m.group(2) or "1") for m in _DEFINE.finditer(program.defines))
+    form = program.form
+    if isinstance(form, BodyForm):
+        regions = tuple((r.first, r.last, r.name, r.offset) for r in src.regions)
+        return text_violations(src.text, label=src.label, target=program.target,
+                               prelude=src.prelude, defines=defines, regions=regions,
+                               authored=(("source", form.source), ("header", form.header)),
+                               kernels=False, every_file=_holding_every_file())
+    return text_violations(src.text, label=src.label, target=program.target, files=src.files,
+                           search_dirs=src.search_dirs, prelude=src.prelude, defines=defines,
+                           every_file=_holding_every_file())
+
+
+def violations(program: Program) -> tuple[Violation, ...]:
+    """Every rule `program` breaks: the text rules', then the address-space check's."""
+    return (*text_rule_violations(program),
+            *address_space_violations(program, every_file=_holding_every_file()))
+
+
+def check(program: Program) -> None:
+    """Raises `MetalRuleError` when `program` breaks a rule of Apple's compiler."""
+    found = violations(program)
+    if found:
+        raise MetalRuleError(program.label, found)
+
+
+class Check:
+    """The check of one program, run in a thread of its own from the moment it is made
+    (beside the build); `verdict()` waits for it and raises what it found."""
+
+    def __init__(self, program: Program) -> None:
+        self.program = program
+        self._every_file = _holding_every_file()
+        self._found: tuple[Violation, ...] = ()
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name="mtwork-metal-check",
+                                        daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            if self._every_file:
+                with checking_every_file():
+                    self._found = violations(self.program)
+            else:
+                self._found = violations(self.program)
+        except BaseException as exc:  # noqa: BLE001 - raised again by verdict()
+            self._error = exc
+
+    def verdict(self) -> None:
+        """Waits for the check; raises `MetalRuleError` when the program breaks a rule
+        (or what stopped the check)."""
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        if self._found:
+            raise MetalRuleError(self.program.label, self._found)

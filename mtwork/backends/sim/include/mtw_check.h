@@ -1,0 +1,29 @@
+// The first lines of the address-space check (mtwork/backends/sim/compile/address_spaces.py):
+// kernels are parsed as C++ for OpenCL, whose address spaces are real, with Metal's words
+// mapped onto them in mtw_base.h. OpenCL's own keywords are ordinary names in Metal code
+// (`local` is a common variable, `access::read_write` an enumerator), so they are renamed
+// before anything is read; `half` is the shim's _Float16 under another name.
+#pragma once
+
+#define global __mtw_global
+#define local __mtw_local
+#define generic __mtw_generic
+#define pipe __mtw_pipe
+#define half __mtw_half
+#define read_only __mtw_read_only
+#define write_only __mtw_write_only
+#define read_write __mtw_read_write
+#define vec_step __mtw_vec_step
+#define image1d_t __mtw_image1d_t
+#define image2d_t __mtw_image2d_t
+#define image3d_t __mtw_image3d_t
+#define sampler_t __mtw_sampler_t
+#define event_t __mtw_event_t
+#define queue_t __mtw_queue_t
+#define reserve_id_t __mtw_reserve_id_t
+#define clk_event_t __mtw_clk_event_t
+
+// Metal has function pointers (MSL 2.3 and later) and the shim has variadic helpers.
+#pragma OPENCL EXTENSION __cl_clang_function_pointers : enable
+#pragma OPENCL EXTENSION __cl_clang_variadic_functions : enable
+#pragma OPENCL EXTENSION cl_khr_fp16 : enable
