@@ -30,12 +30,14 @@ from typing import Any
 
 from .backends import get as get_backend
 from .dispatch import Sources
-from .errors import CompileError
+from .errors import CompileError, MetalRuleError
 from .library_kernel import Kernel, LibraryLaunch, Outputs
 from .msl.checks import MATH_MODES
 from .msl.includes import included_files
-from .msl.lexing import code_without_directives
+from .msl.lexing import code_without_directives, line_of
 from .msl.preprocess import preprocess
+from .msl.rules import Violation
+from .msl.rules.kernels import kernel_return_message, non_void_kernels
 from .msl.rules.scope import constant_names
 from .msl.signature import FunctionConstant, Instantiation, KernelSignature, parse_source
 from .msl.target import DEFAULT_TARGET, Target, resolve_target
@@ -163,8 +165,13 @@ class Library:
                           defines={**target.predefined_macros(), **self.defines},
                           files=tuple(self.files.items()))
         parsed = parse_source(seen.text, label, origin=seen.origin)
+        mask = code_without_directives(seen.text)
         # What a `[[function_constant(name)]]` may name: any program-scope constant.
-        self.constant_names = frozenset(constant_names(code_without_directives(seen.text)))
+        self.constant_names = frozenset(constant_names(mask))
+        # Kernels Metal refuses for what they return, which are therefore not listed.
+        self._not_void = {name: Violation("kernel-return", *seen.origin(line_of(mask, at)), 0,
+                                          kernel_return_message(name, returns))
+                          for name, at, returns in non_void_kernels(mask)}
         for k in parsed.kernels:
             self.kernels.setdefault(k.name, k)
             if k.host_name and k.host_name != k.name:  # `[[host_name("h")]] kernel void f`
@@ -239,6 +246,8 @@ class Library:
         try:
             return self.kernels[name]
         except KeyError:
+            if name in self._not_void:
+                raise MetalRuleError(name, [self._not_void[name]]) from None
             raise UnknownKernelError(name, self) from None
 
     def _constant_values(self, given: Mapping[str | int, Any] | None) -> dict[str, str | None]:

@@ -143,3 +143,15 @@ def test_a_read_past_a_strided_view_is_found_at_the_kernels_index(make):
     (finding,) = report.of_kind("out-of-bounds access")
     # Element 16 * stride from the data pointer: what the kernel indexed.
     assert (finding.where, finding.element, finding.line) == ("inp", 16 * stride, "source:2")
+
+
+def test_a_read_past_the_shape_helper_is_reported_on_the_shape_helper():
+    # MLX's helpers are buffers of their own: a loop that reads one element too many of
+    # `inp_shape` reads past it, not past `inp`.
+    report = sanitize("int total = 1;\n"
+                      "for (int d = 0; d <= inp_ndim; ++d) total *= inp_shape[d];\n"
+                      "out[thread_position_in_grid.x] = inp[thread_position_in_grid.x] + total;",
+                      ensure_row_contiguous=False)
+    found = report.of_kind("out-of-bounds access")
+    assert found and (found[0].where, found[0].element, found[0].access) == \
+        ("inp_shape", 1, "read"), str(report)

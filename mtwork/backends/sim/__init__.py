@@ -112,7 +112,7 @@ class SimBackend:
 
     def __init__(self, *, checks: bool = True) -> None:
         self._checks = checks  # the Metal front end's check before each compile
-        self._compiled: dict[tuple[str, str, str], _Compiled] = {}
+        self._compiled: dict[tuple, _Compiled] = {}
         # The same, by program: a cached call skips writing its translation unit.
         self._by_program: dict[tuple[Program, str], _Compiled] = {}
         self._lock = threading.Lock()
@@ -164,7 +164,7 @@ class SimBackend:
         """The library of `program` in `variant` (once per translation unit)."""
         lockstep = _needs_lockstep(program)
         tu, tree = translation_unit(program)
-        key = (tu.text, program.math_mode, variant + "+lockstep" * lockstep)
+        key = (tu.text, program.math_mode, variant + "+lockstep" * lockstep, program.target)
         with self._lock:
             hit = self._compiled.get(key)
         if hit is not None:

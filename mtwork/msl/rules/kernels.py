@@ -17,7 +17,8 @@ from ..types import normalise_type, strip_top_const, type_info
 from .code import Code
 from .table import Violation
 
-__all__ = ["constant_violations", "kernel_return_violations", "signature_violations"]
+__all__ = ["constant_violations", "kernel_return_message", "kernel_return_violations",
+           "non_void_kernels", "signature_violations"]
 
 # Table 5.8: built-ins whose type is a uint or ushort scalar or vector, which match in
 # pairs; and those whose type is a uint or ushort scalar, which all match.
@@ -197,14 +198,22 @@ _NON_VOID_KERNEL = re.compile(
     r"(?!void\b)(?P<type>[A-Za-z_][\w:]*(?:<[^<>;{}]*>)?[\s*&]*)\s+(?P<name>[A-Za-z_]\w*)\s*\(")
 
 
+def non_void_kernels(mask: str) -> Iterator[tuple[str, int, str]]:
+    """(name, offset of the name, return type) of each kernel function in `mask` (a code
+    mask) that does not return void."""
+    for m in _NON_VOID_KERNEL.finditer(mask):
+        if m.group("type").strip() not in ("static", "inline", "constexpr"):
+            yield m.group("name"), m.start("name"), m.group("type").strip()
+
+
+def kernel_return_message(name: str, returns: str) -> str:
+    return f"kernel `{name}` returns {returns}: a kernel function must return void"
+
+
 def kernel_return_violations(code: Code) -> Iterator[Violation]:
     """Kernel functions that do not return void (section 5.1.3)."""
-    for m in _NON_VOID_KERNEL.finditer(code.mask):
-        if m.group("type").strip() in ("static", "inline", "constexpr"):
-            continue
-        v = code.violation("kernel-return", m.start("name"), f"kernel `{m.group('name')}` "
-                           f"returns {m.group('type').strip()}: a kernel function must "
-                           f"return void")
+    for name, at, returns in non_void_kernels(code.mask):
+        v = code.violation("kernel-return", at, kernel_return_message(name, returns))
         if v is not None:
             yield v
 
@@ -214,13 +223,17 @@ def host_name_violations(instantiations: Sequence[Instantiation],
                          ) -> Iterator[Violation]:
     """Host names given to two different functions (section 5.1.10)."""
     names: dict[str, str] = {}
+    seen: dict[str, int] = {}
     for inst in instantiations:
         text = inst.function_text
-        if names.setdefault(inst.host_name, text) != text:
-            m = re.search(r'host_name\s*\(\s*"' + re.escape(inst.host_name), code.mask)
-            at = m.start() if m else -1
-            v = code.violation("host-name", at, f"host name \"{inst.host_name}\" names both "
-                               f"{names[inst.host_name]} and {text}") if at >= 0 else None
+        nth = seen[inst.host_name] = seen.get(inst.host_name, -1) + 1
+        if names.setdefault(inst.host_name, text) == text:
+            continue
+        places = [m.start() for m in re.finditer(
+            r'host_name\s*\(\s*"' + re.escape(inst.host_name) + '"', code.text)]
+        if nth < len(places):
+            v = code.violation("host-name", places[nth], f"host name \"{inst.host_name}\" "
+                               f"names both {names[inst.host_name]} and {text}")
             if v is not None:
                 yield v
 

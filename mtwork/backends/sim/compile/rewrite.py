@@ -12,6 +12,8 @@ they replace), so compiler messages point at the author's own line numbers.
 - Unsuffixed floating literals are ``float`` (Metal has no ``double``); ``1.0h`` is a
   ``half``.
 - ``[[threadgroup(n)]]`` becomes ``[[mtw_threadgroup(n)]]`` (the word alone is a macro).
+- A constructor declared for the ``constant`` address space loses the word (it is
+  ``const`` here, which a constructor cannot be).
 - Explicit instantiations (``template [[host_name("k")]] [[kernel]] ...;``) are dropped:
   the launcher instantiates the one kernel it runs.
 """
@@ -333,6 +335,29 @@ def _drop_explicit_instantiations(text: str) -> str:
 _THREADGROUP_ATTRIBUTE = re.compile(r"\[\[\s*threadgroup\s*\(")
 
 
+_CLASS_NAME = re.compile(r"\b(?:struct|class)\s+([A-Za-z_]\w*)")
+
+
+def _drop_constant_on_constructors(text: str) -> str:
+    """Blanks `constant` after a constructor's parameters (MLX's os_log stub for MSL
+    before 3.2 has `os_log(...) constant {}`): the word is `const` here, which a
+    constructor cannot be."""
+    mask = code_mask(text)
+    names = sorted(set(_CLASS_NAME.findall(mask)))
+    if "constant" not in mask or not names:
+        return text
+    edits = []
+    calls = re.compile(r"\b(?:" + "|".join(map(re.escape, names)) + r")\s*\(")
+    for m in calls.finditer(mask):
+        close = matching(mask, m.end() - 1, "(", ")")
+        after = re.match(r"\s*(constant)\b(?=\s*[{:])", mask[close:close + 64])
+        if after:
+            edits.append((close + after.start(1), close + after.end(1)))
+    for a, b in sorted(edits, reverse=True):
+        text = text[:a] + " " * (b - a) + text[b:]
+    return text
+
+
 def rewrite_keeping_address_spaces(text: str) -> str:
     """The rewrites the address-space check needs (`address_spaces.py`): threadgroup
     variables as references into threadgroup memory and explicit instantiations dropped;
@@ -348,6 +373,7 @@ def rewrite_msl(text: str) -> str:
     text = _THREADGROUP_ATTRIBUTE.sub("[[mtw_threadgroup(", text)
     text = _collapse_address_space_overloads(text)
     text = _collapse_address_space_specializations(text)
+    text = _drop_constant_on_constructors(text)
     text = _rewrite_threadgroup_variables(text)
     text = _rewrite_literals(text)
     return _drop_explicit_instantiations(text)
