@@ -8,20 +8,25 @@ block that declares each of the kernel's parameters under its own name (shadowin
 attribute of the same name) and holds the kernel's own body, so a ``threadgroup`` array
 it declares stays in a kernel function.
 
-Every buffer travels as an MLX input of at least 8 bytes, which MLX binds in ``device``
-memory: a parameter declared ``constant`` is declared ``device`` here, and a writable one
-drops the ``const`` MLX gives inputs. MLX arrays are immutable values, so a writable
-buffer's input is a fresh copy made for the call, and its writes are copied back to the
-caller's buffer afterwards: the caller's own ``mx.array`` is never changed. One buffer
-bound at several indices (as a Metal host binds one ``MTLBuffer`` twice; llama.cpp's
-soft_max tells an absent mask by its address being src0's) travels as one input that
-every such parameter points at.
+Every buffer travels as an MLX input. MLX binds an input of fewer than 8 elements in
+``constant`` memory and a larger one in ``device`` memory, and Metal converts no pointer
+between the two: a ``constant`` parameter of at most `CONSTANT_CARRIER_BYTES` (MLX's shape
+and strides, an ``int&``, a small struct) travels as fewer than 8 ``uint64`` elements and
+stays ``constant``, so the kernel's body may pass it on to functions that take constant
+memory (MLX's ``elem_to_loc``); a larger one travels as bytes and is declared ``device``
+here (Apple's compiler refuses the kernel where its body passes that on as ``constant``).
+A writable parameter drops the ``const`` MLX gives inputs. MLX arrays are immutable
+values, so a writable buffer's input is a fresh copy made for the call, and its writes
+are copied back to the caller's buffer afterwards: the caller's own ``mx.array`` is never
+changed. One buffer bound at several indices (as a Metal host binds one ``MTLBuffer``
+twice; llama.cpp's soft_max tells an absent mask by its address being src0's) travels as
+one input that every such parameter points at.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 
 from ..limits import THREADGROUP_MEMORY_ALIGNMENT
@@ -30,7 +35,11 @@ from .constants import rewrite_function_constants
 from .signature import KernelParam, KernelSignature
 from .types import type_info
 
-__all__ = ["MetalWrapper", "input_name", "wrap"]
+__all__ = ["CONSTANT_CARRIER_BYTES", "MetalWrapper", "input_name", "wrap"]
+
+# The most bytes an input of fewer than 8 elements (MLX's limit for `constant` inputs) of
+# MLX's widest dtype, 8 bytes, holds.
+CONSTANT_CARRIER_BYTES = 7 * 8
 
 
 @dataclass(frozen=True)
@@ -101,7 +110,8 @@ template <typename T> using __mtw_value_t = typename __mtw_value<T>::type;
 
 
 def _parameter_lines(signature: KernelSignature, bound: Sequence[str],
-                     threadgroup_bytes: Mapping[int, int], aliases: Mapping[str, str]
+                     threadgroup_bytes: Mapping[int, int], aliases: Mapping[str, str],
+                     constant: Collection[str] = ()
                      ) -> tuple[list[str], list[str], list[str]]:
     """The MLX inputs; lines for the kernel function's scope (attribute values captured,
     threadgroup memory); and lines for the body's block declaring each parameter (a
@@ -111,7 +121,7 @@ def _parameter_lines(signature: KernelSignature, bound: Sequence[str],
     inner: list[str] = []
     by_name = {q.name: q for q in signature.params}
     for k, p in enumerate(signature.params):
-        ty = _in_device_space(p.type_text)
+        ty = p.type_text if p.name in constant else _in_device_space(p.type_text)
         if p.kind == "buffer" and p.name in bound:
             carrier = input_name(by_name[aliases.get(p.name, p.name)])
             if p.name not in aliases:
@@ -120,9 +130,9 @@ def _parameter_lines(signature: KernelSignature, bound: Sequence[str],
                 inner.append(f"  {ty} {p.name} = ({ty}){carrier};")
             else:
                 inner.append(f"  {ty} {p.name} = *({ty[:-1]}*){carrier};")
-        elif p.kind == "buffer":  # absent: its function constant is false
-            null = "nullptr" if p.is_pointer else f"*({ty[:-1]}*)nullptr"
-            inner.append(f"  {ty} {p.name} = {null};")
+        elif p.kind == "buffer":  # absent (its function constant is false) or unbound
+            null = "nullptr" if p.is_pointer else f"*({p.type_text[:-1]}*)nullptr"
+            inner.append(f"  {p.type_text} {p.name} = {null};")
         elif p.kind == "threadgroup":
             storage = f"__mtw_threadgroup_{p.index}"
             count = threadgroup_bytes[p.index] // THREADGROUP_MEMORY_ALIGNMENT  # type: ignore
@@ -137,7 +147,8 @@ def _parameter_lines(signature: KernelSignature, bound: Sequence[str],
 
 def wrap(signature: KernelSignature, template_args: Sequence[str], defines: str,
          library_text: str, *, bound: Sequence[str], threadgroup_bytes: Mapping[int, int],
-         aliases: Mapping[str, str] | None = None) -> MetalWrapper:
+         aliases: Mapping[str, str] | None = None,
+         constant: Collection[str] = ()) -> MetalWrapper:
     """`signature`'s kernel as an ``mx.fast.metal_kernel`` body.
 
     `library_text` is the library with its includes pasted in (see
@@ -145,10 +156,11 @@ def wrap(signature: KernelSignature, template_args: Sequence[str], defines: str,
     library's macros and its function constants' values);
     `bound` names the bound buffers; `threadgroup_bytes` sizes the ``[[threadgroup(n)]]``
     arguments by index; `aliases` maps a bound buffer to the earlier one whose memory it
-    is (it gets no input of its own).
+    is (it gets no input of its own); `constant` names the ``constant`` parameters that
+    travel in constant memory (inputs of fewer than 8 elements).
     """
     inputs, outer, inner = _parameter_lines(signature, bound, threadgroup_bytes,
-                                            aliases or {})
+                                            aliases or {}, constant)
     template_lines = _template_lines(signature, template_args)
     lines = template_lines + outer + ["  {"] + inner
     helper = _VALUE_TYPE if any("__mtw_value_t<" in t for t in template_lines) else ""

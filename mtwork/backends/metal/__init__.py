@@ -7,7 +7,7 @@ as MLX inputs (fresh copies), and what the kernel writes is copied back afterwar
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
 import mlx.core as mx
@@ -16,16 +16,18 @@ import numpy as np
 from ...buffers import allocate, numpy_view, to_mx
 from ...dispatch import BodyForm, Completion, Dispatch, Fresh, FullSource, Program
 from ...msl.includes import inline_includes
-from ...msl.wrap import MetalWrapper, input_name, wrap
+from ...msl.wrap import CONSTANT_CARRIER_BYTES, MetalWrapper, input_name, wrap
 
 __all__ = ["MetalBackend", "wrapper"]
 
 
 def wrapper(program: Program, bound: Sequence[str], threadgroup_bytes: Mapping[int, int],
-            aliases: Mapping[str, str] | None = None) -> MetalWrapper:
+            aliases: Mapping[str, str] | None = None,
+            constant: Collection[str] = ()) -> MetalWrapper:
     """The ``mx.fast.metal_kernel`` arguments that run full-source `program` with the
-    buffers named in `bound`, ``[[threadgroup(n)]]`` sizes `threadgroup_bytes`, and
-    `aliases` (a buffer bound to the same memory as an earlier one, by name)."""
+    buffers named in `bound`, ``[[threadgroup(n)]]`` sizes `threadgroup_bytes`,
+    `aliases` (a buffer bound to the same memory as an earlier one, by name) and the
+    ``constant`` buffers named in `constant` carried in constant memory."""
     if not isinstance(program.form, FullSource):
         raise TypeError(f"`{program.label}` is a body-form kernel: MLX runs it as it is")
     src = program.sources
@@ -33,7 +35,7 @@ def wrapper(program: Program, bound: Sequence[str], threadgroup_bytes: Mapping[i
                            src.path.parent if src.path else None, src.search_dirs)
     form = program.form
     return wrap(form.signature, form.template_args, program.defines, flat, bound=bound,
-                threadgroup_bytes=threadgroup_bytes, aliases=aliases)
+                threadgroup_bytes=threadgroup_bytes, aliases=aliases, constant=constant)
 
 
 def _aliases(memory: Mapping[str, np.ndarray]) -> dict[str, str]:
@@ -48,6 +50,18 @@ def _aliases(memory: Mapping[str, np.ndarray]) -> dict[str, str]:
         else:
             first.setdefault(key, name)
     return aliases
+
+
+def _constant_carried(bound: Mapping[str, Any], memory: Mapping[str, np.ndarray],
+                      aliases: Mapping[str, str]) -> set[str]:
+    """The buffers that travel in constant memory: every parameter sharing the memory
+    (`aliases`) is ``constant``, and it fits fewer than 8 elements (`wrap`)."""
+    groups: dict[str, list[str]] = {}
+    for name in bound:
+        groups.setdefault(aliases.get(name, name), []).append(name)
+    return {m for first, members in groups.items()
+            if memory[first].nbytes <= CONSTANT_CARRIER_BYTES
+            and all(bound[m].address_space == "constant" for m in members) for m in members}
 
 
 class MetalBackend:
@@ -110,7 +124,8 @@ class MetalBackend:
             memory[p.name] = (allocate(buf.dtype, buf.shape, buf.fill)
                               if isinstance(buf, Fresh) else numpy_view(buf.array))
         aliases = _aliases(memory)
-        wrapped = wrapper(program, list(bound), call.threadgroup_memory, aliases)
+        constant = _constant_carried(bound, memory, aliases)
+        wrapped = wrapper(program, list(bound), call.threadgroup_memory, aliases, constant)
         run = self._make_kernel(
             name=wrapped.name, input_names=wrapped.input_names,
             output_names=wrapped.output_names, source=wrapped.source, header=wrapped.header,
@@ -119,9 +134,11 @@ class MetalBackend:
         for name in wrapped.input_names:
             p = next(q for q in bound.values() if input_name(q) == name)
             flat_bytes = memory[p.name].reshape(-1).view(np.uint8)
-            padded = np.zeros(max(flat_bytes.size, 8), dtype=np.uint8)
+            padded = np.zeros(max(-(-flat_bytes.size // 8) * 8, 8), dtype=np.uint8)
             padded[: flat_bytes.size] = flat_bytes
-            carriers[p.name] = mx.array(padded)
+            # Fewer than 8 elements: MLX binds the carrier in constant memory.
+            carriers[p.name] = mx.array(padded.view(np.uint64) if p.name in constant
+                                        else padded)
         inputs = [(p, carriers[aliases.get(p.name, p.name)]) for p in bound.values()]
         outputs = run(inputs=list(carriers.values()), output_shapes=[(1,)],
                       output_dtypes=[mx.float32], grid=call.geometry.grid,

@@ -24,7 +24,14 @@ import bisect
 import re
 from collections.abc import Callable
 
-from ....msl.lexing import code_mask, matching, matching_back, same_lines, split_top_level
+from ....msl.lexing import (
+    code_mask,
+    code_without_directives,
+    matching,
+    matching_back,
+    same_lines,
+    split_top_level,
+)
 
 _ADDRESS_SPACES = ("device", "constant", "threadgroup")
 
@@ -125,8 +132,9 @@ Variants = dict[tuple[int, str], list[tuple[int, int, int]]]
 
 
 def _collapse_address_space_overloads(text: str) -> str:
-    """Keeps one of each group of functions that differ only in address spaces."""
-    mask = code_mask(text)
+    """Keeps one of each group of functions that differ only in address spaces. (Directive
+    lines are blanked: a definition starts after a `#define` before it.)"""
+    mask = code_without_directives(text)
     enclosing_scope = _scopes(mask)
     groups: Variants = {}
     last_end = 0
@@ -166,7 +174,7 @@ _SPECIALIZATION = re.compile(r"\b(?:struct|class)\s+\w+\s*<")
 def _collapse_address_space_specializations(text: str) -> str:
     """Keeps one of each group of class specializations that differ only in address spaces
     (`pointer_element<device T*>` beside `pointer_element<thread T*>`)."""
-    mask = code_mask(text)
+    mask = code_without_directives(text)
     enclosing_scope = _scopes(mask)
     groups: Variants = {}
     for m in _SPECIALIZATION.finditer(mask):
