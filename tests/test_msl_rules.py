@@ -297,3 +297,13 @@ def test_lambdas_and_derived_structs_compile_from_msl_3_2() -> None:
                          "* d.s;",
                          header="struct Base { float s; };\nstruct Derived : Base {};")
     np.testing.assert_array_equal(run(kernel), 2.0 * np.arange(16))
+
+
+def test_the_editor_shows_a_broken_rule_at_its_line() -> None:
+    from mtwork.editor.diagnostics import parse_diagnostics
+
+    with pytest.raises(MetalRuleError) as caught:
+        run(body_kernel("float x = a[0];\nlong double d = x;\nout[0] = float(d);",
+                        header="float scale = 2.0f;"))
+    found = {(d.file, d.line, d.severity) for d in parse_diagnostics(caught.value.message)}
+    assert found == {("source", 2, "error"), ("header", 1, "error")}

@@ -13,6 +13,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Literal
 
 from ..body import METAL_ATTRIBUTES
@@ -41,12 +42,19 @@ _TEMPLATE_HEAD = re.compile(r"^\s*template\s*<")
 _CLASS = re.compile(r"^\s*(?:(?:struct|class|union|enum)\b)")
 
 
-def program_scope(mask: str) -> list[Statement]:
+_PUNCTUATION = re.compile(r"[;{}(]")
+
+
+@lru_cache(maxsize=8)
+def program_scope(mask: str) -> tuple[Statement, ...]:
     """The program-scope statements of `mask` (a code mask), in order."""
     out: list[Statement] = []
-    i, start, n = 0, 0, len(mask)
+    start, i, n = 0, 0, len(mask)
     while i < n:
-        c = mask[i]
+        m = _PUNCTUATION.search(mask, i)
+        if m is None:
+            break
+        i, c = m.start(), m.group()
         if c == ";":
             out.append(Statement(start, i + 1, "declaration"))
             start = i + 1
@@ -63,11 +71,11 @@ def program_scope(mask: str) -> list[Statement]:
                 continue
         elif c == "}":
             start = i + 1  # the end of a namespace
-        elif c == "(":
+        else:
             i = matching(mask, i, "(", ")")
             continue
         i += 1
-    return out
+    return tuple(out)
 
 
 def _strip_heads(text: str) -> str:
@@ -251,7 +259,8 @@ def _variable_violation(v: Variable, version: MslVersion) -> tuple[str, str] | N
 
 
 _THREADGROUP_VARIABLE = re.compile(r"(?<![\w.])threadgroup\s+(?![*&])")
-_KERNEL = re.compile(r"\[\[[^\]]*\bkernel\b|\bkernel\b")
+# Where Metal allocates threadgroup variables: kernel, mesh and object functions.
+_KERNEL = re.compile(r"\[\[[^\]]*\b(?:kernel|mesh|object)\b|\bkernel\b")
 
 
 def _threadgroup_variables(code: Code, s: Statement) -> Iterator[Violation]:

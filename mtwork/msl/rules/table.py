@@ -97,8 +97,8 @@ class Violation:
 
     def __str__(self) -> str:
         r = RULES[self.rule]
-        where = f"{self.file}:{self.line}:{self.column}" if self.column else \
-            f"{self.file}:{self.line}"
+        # Always a column, as compilers write it (editors read `file:line:col:`).
+        where = f"{self.file}:{self.line}:{self.column or 1}"
         text = f"{where}: error: {SPEC} §{r.section}: {self.message} [{self.rule}]"
         if self.excerpt:
             text += f"\n{self.line:>5} | {self.excerpt}"

@@ -126,8 +126,7 @@ def _precompiled(program: Program, tree: SourceTree, flags: list[str],
                  toolchain_identity())
     target = cache_dir() / "pch" / f"check-{key}.pch"
     header = target.with_suffix(".h")
-    if cachedir.is_sealed(target) and cachedir.is_sealed(header):
-        cachedir.used(target)
+    if precompiled.usable(target) and precompiled.usable(header):
         return target
     with _pch_lock:
         work = cachedir.work_dir()
@@ -144,7 +143,7 @@ def _precompiled(program: Program, tree: SourceTree, flags: list[str],
             cachedir.publish(built, target)
         finally:
             shutil.rmtree(work, ignore_errors=True)
-    return target if cachedir.is_sealed(target) else None
+    return target if precompiled.usable(target) else None
 
 
 def _prelude(program: Program) -> str:
@@ -180,10 +179,15 @@ def address_space_violations(program: Program, every_file: bool = False
     try:
         cpp = work / "check.cpp"
         cpp.write_text(unit)
-        start = list(_PRELUDE_INCLUDES) if pch is None else []
-        result = precompiled.run_from(
-            pch, [*flags, *_DIAGNOSTICS, *start, *includes, str(cpp)],
-            lambda args: run_clang(args, program.label, raw=True))
+        # The header's key holds the digests of everything it was built from, so clang
+        # need not validate it against them (which reads every header it holds).
+        start = (list(_PRELUDE_INCLUDES) if pch is None else
+                 ["-include-pch", str(pch), "-Xclang", "-fno-validate-pch"])
+        args = [*flags, *_DIAGNOSTICS, *includes, str(cpp)]
+        result = run_clang([*start, *args], program.label, raw=True)
+        if result.returncode != 0 and pch is not None and str(pch) in result.stderr:
+            cachedir.discard(pch)  # unreadable: parse everything, and build it again later
+            result = run_clang([*_PRELUDE_INCLUDES, *args], program.label, raw=True)
         found = _violations(result.stderr, _Places(program, tree, every_file))
         out = work / cached.name
         out.write_text(json.dumps([v.__dict__ for v in found]))

@@ -1,7 +1,7 @@
-"""The Metal front end every compile on the emulator passes first: what Apple's compiler
-would refuse is refused here, at the author's lines, with the rule and its section of the
-Metal Shading Language specification (`MetalRuleError`), before clang builds the kernel
-as C++ (which would accept it).
+"""The Metal front end every compile on the emulator passes: what Apple's compiler would
+refuse is refused here, at the author's lines, with the rule and its section of the Metal
+Shading Language specification (`MetalRuleError`), even where clang builds the kernel as
+C++. The check runs in a thread beside the build (`Check`), and its verdict comes first.
 
 Two parts: the text rules (`mtwork.msl.rules`: excluded C++ features, scalar types,
 program-scope and threadgroup variables, kernel arguments, function constants, the GPU
@@ -18,10 +18,11 @@ from collections.abc import Iterator
 
 from ....dispatch import BodyForm, Program
 from ....errors import MetalRuleError
+from ....msl.lexing import code_mask, matching
 from ....msl.rules import Violation, text_violations
 from .address_spaces import address_space_violations
 
-__all__ = ["Check", "check", "checking_every_file", "violations"]
+__all__ = ["Check", "checking_every_file", "violations"]
 
 _DEFINE = re.compile(r"^#define\s+([A-Za-z_]\w*)(?:\s+(.*))?$", re.M)
 _every_file = threading.local()
@@ -60,16 +61,43 @@ def text_rule_violations(program: Program) -> tuple[Violation, ...]:
 
 
 def violations(program: Program) -> tuple[Violation, ...]:
-    """Every rule `program` breaks: the text rules', then the address-space check's."""
+    """Every rule `program` breaks: the text rules', then the address-space check's
+    (where the program can break one)."""
+    every_file = _holding_every_file()
+    checked = every_file or not _plain_values(program)
     return (*text_rule_violations(program),
-            *address_space_violations(program, every_file=_holding_every_file()))
+            *(address_space_violations(program, every_file=every_file) if checked else ()))
 
 
-def check(program: Program) -> None:
-    """Raises `MetalRuleError` when `program` breaks a rule of Apple's compiler."""
-    found = violations(program)
-    if found:
-        raise MetalRuleError(program.label, found)
+_ADDRESS_SPACE_WORD = re.compile(r"\b(?:device|constant|threadgroup|thread)\b")
+_AMPERSAND = re.compile(r"(?<!&)&(?![&=])")
+_OUT_PARAMETERS = re.compile(r"\b(?:frexp|modf|sincos|remquo)\s*\(")
+
+
+def _plain_values(program: Program) -> bool:
+    """Whether a body-form kernel's own code reaches its buffers only as values, so no
+    pointer or reference in it can change address space and the address-space check can
+    be spared: no address-space word, no `&` (address-of, reference), every buffer
+    (MLX's shape and strides included) subscripted at once with no member access after,
+    no call of a function that writes through a reference argument."""
+    form = program.form
+    if not isinstance(form, BodyForm):
+        return False
+    code = code_mask(form.header + "\n" + form.source)
+    if _ADDRESS_SPACE_WORD.search(code) or _AMPERSAND.search(code) or \
+            _OUT_PARAMETERS.search(code):
+        return False
+    buffers = [p.name for p in program.params if p.kind == "buffer"
+               and not (p.derived and p.derived[0] == "ndim")]
+    for name in buffers:
+        for m in re.finditer(rf"\b{re.escape(name)}\b", code):
+            after = code[m.end():].lstrip()
+            if not after.startswith("["):
+                return False
+            close = matching(code, m.end() + code[m.end():].index("["), "[", "]")
+            if re.match(r"\s*(?:\.|->|\[)", code[close:]):
+                return False
+    return True
 
 
 class Check:

@@ -30,7 +30,7 @@ from ....cachedir import cache_dir
 from ....toolchain import run_clang, toolchain_identity
 from .translation import Translation
 
-__all__ = ["leading_headers", "precompiled_header", "run_from"]
+__all__ = ["leading_headers", "precompiled_header", "run_from", "usable"]
 
 _MLX_INCLUDE = re.compile(r'#\s*include\s*"(mlx/backend/metal/kernels/[^"]+)"\s*$')
 # Lines that change nothing a later header sees: blanks, line comments, #line markers.
@@ -121,10 +121,10 @@ def precompiled_header(headers: Sequence[str], flags: Sequence[str],
     target = cache_dir() / "pch" / f"{key}.pch"
     # The header stays beside it: clang reads a precompiled header's own source back.
     header = target.with_suffix(".h")
-    if _usable(target) and _usable(header):
+    if usable(target) and usable(header):
         return target
     with _lock:
-        if _usable(target) and _usable(header):
+        if usable(target) and usable(header):
             return target
         work = cachedir.work_dir()
         try:
@@ -140,10 +140,10 @@ def precompiled_header(headers: Sequence[str], flags: Sequence[str],
             cachedir.publish(built, target)
         finally:
             shutil.rmtree(work, ignore_errors=True)
-    return target if _usable(target) else None
+    return target if usable(target) else None
 
 
-def _usable(target: Path) -> bool:
+def usable(target: Path) -> bool:
     """Whether `target` is whole (its seal checked once per process and file version)."""
     try:
         st = os.stat(target)

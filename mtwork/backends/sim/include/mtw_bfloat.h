@@ -93,7 +93,7 @@ struct __mtw_bfloat {
   }
 
   static MTW_BF_FN __mtw_bfloat from(__bf16 v) {
-    __mtw_bfloat r;
+    __mtw_bfloat r{};  // initialized: a constant expression in C++17 as in C++20
     r.__value = v;
     return r;
   }
