@@ -19,9 +19,11 @@ def describe(p: KernelParam) -> str:
 
 
 def threadgroup_sizes(kernel: str, params: Sequence[KernelParam],
-                      sizes: Mapping[int | str, int] | None) -> dict[int, int]:
+                      sizes: Mapping[int | str, int] | None,
+                      limit: int = THREADGROUP_MEMORY_BYTES) -> dict[int, int]:
     """Bytes of each ``[[threadgroup(n)]]`` argument of `kernel` (`params`), by index in
-    increasing order, from a call's ``threadgroup_memory``."""
+    increasing order, from a call's ``threadgroup_memory``; together at most `limit`
+    (the GPU family's threadgroup memory)."""
     if sizes is not None and not isinstance(sizes, Mapping):
         raise TypeError("`threadgroup_memory` maps [[threadgroup(n)]] indices or names "
                         f"to sizes in bytes, got {type(sizes).__name__}")
@@ -46,8 +48,8 @@ def threadgroup_sizes(kernel: str, params: Sequence[KernelParam],
                         + ", ".join(describe(p) for p in missing)
                         + " with threadgroup_memory={index: bytes}")
     total = sum(given.values())
-    if total > THREADGROUP_MEMORY_BYTES:
+    if total > limit:
         raise ThreadgroupMemoryError(
             kernel, f"its [[threadgroup(n)]] arguments take {total} bytes, more than "
-                    f"the {THREADGROUP_MEMORY_BYTES} bytes (32 KiB) a threadgroup has")
+                    f"the {limit} bytes ({limit // 1024} KiB) a threadgroup has")
     return dict(sorted(given.items()))

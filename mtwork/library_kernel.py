@@ -34,7 +34,7 @@ from .dispatch import (
 from .errors import MetalRuleError
 from .gpu.counters import Counters
 from .library_arguments import describe, threadgroup_sizes
-from .limits import MAX_BUFFER_INDEX, MAX_THREADS_PER_THREADGROUP
+from .limits import MAX_THREADS_PER_THREADGROUP
 from .msl.constants import function_constant_macros
 from .msl.rules import signature_violations
 from .msl.signature import FunctionConstant, KernelParam, KernelSignature
@@ -101,11 +101,6 @@ class Kernel:
                 f"kernel `{signature.name}` has parameter `{p.name}` ({p.type_text}, "
                 f"{p.attribute}); mtwork binds buffers, threadgroup memory and thread "
                 f"attributes only")
-        too_high = [p for p in signature.buffers if p.index is not None
-                    and p.index > MAX_BUFFER_INDEX]
-        if too_high:
-            raise ValueError(f"{describe(too_high[0])}: Metal has buffer indices 0 to "
-                             f"{MAX_BUFFER_INDEX}")
 
     def __repr__(self) -> str:
         return f"Kernel({self.name!r})\n{self.signature.describe()}"
@@ -266,7 +261,9 @@ class Kernel:
         call = Dispatch(bound, shape, options(sanitize=sanitize, timeout=timeout,
                                               isolate=isolate, profile=profile),
                         threadgroup_sizes(self.name, self.signature.threadgroup_params,
-                                          threadgroup_memory), self.unbound(chosen))
+                                          threadgroup_memory,
+                                          self.library.target.limits.threadgroup_memory),
+                        self.unbound(chosen))
         check_memory(call, f"`{self.name}`'s new_buffer arguments")
         return call
 

@@ -322,7 +322,9 @@ class SimBackend:
         start = time.perf_counter()
         used = runtime.dispatch(
             library, program.label, memory.table, geometry.grid, clamped,
-            tg_static_bytes=memory.threadgroup_bytes, timeout=call.options.timeout,
+            tg_static_bytes=memory.threadgroup_bytes,
+            tg_memory_limit=program.target.limits.threadgroup_memory,
+            timeout=call.options.timeout,
             barrier_free=barrier_free, sanitizing=sanitizing, lockstep=lockstep)
         if not barrier_free and sanitizing is None:
             self._engines.ran_on_fibers(library.path, time.perf_counter() - start)
