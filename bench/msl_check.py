@@ -61,6 +61,42 @@ def body_program(source: str, header: str = "") -> Callable[[str], Program]:
     return make
 
 
+AUTHOR_SOURCE = """
+#include "mlx/backend/metal/kernels/utils.h"
+using namespace metal;
+// {tag}
+template <typename T>
+T row_max(const device T* row, uint n, uint lane, threadgroup float* partial, uint sg) {
+  float m = -INFINITY;
+  for (uint j = lane; j < n; j += 32) m = max(m, float(row[j]));
+  m = simd_max(m);
+  if (lane == 0) partial[sg] = m;
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  return T(simd_max(partial[lane % 4]));
+}
+[[kernel]] void scaled_softmax(const device float* x [[buffer(0)]],
+                               device float* out [[buffer(1)]],
+                               constant uint& n [[buffer(2)]],
+                               constant float& scale [[buffer(3)]],
+                               uint row [[threadgroup_position_in_grid]],
+                               uint lane [[thread_index_in_simdgroup]],
+                               uint sg [[simdgroup_index_in_threadgroup]]) {
+  threadgroup float partial[4];
+  const device float* in = x + row * n;
+  float m = row_max(in, n, lane, partial, sg);
+  float s = 0;
+  for (uint j = lane; j < n; j += 32) s += fast::exp((in[j] - m) * scale);
+  s = simd_sum(s);
+  for (uint j = lane; j < n; j += 32) out[row * n + j] = fast::exp((in[j] - m) * scale) / s;
+}
+"""
+
+
+def author_program(tag: str) -> Program:
+    text = AUTHOR_SOURCE.replace("{tag}", tag)
+    return mtwork.load_metal(text, name="author.metal").kernel("scaled_softmax").program
+
+
 def mlx_program(headers: tuple[str, ...], function: str, template: tuple) -> Callable:
     kernels = "mlx/backend/metal/kernels/"
 
@@ -74,6 +110,7 @@ def mlx_program(headers: tuple[str, ...], function: str, template: tuple) -> Cal
 KERNELS = {
     "small body-form kernel": body_program(SMALL),
     "body form, header helpers, threadgroup": body_program(THREADGROUP, HEADER_HELPERS),
+    "an author's full-source kernel (includes MLX's utils.h)": author_program,
     "MLX softmax (full source)": mlx_program(("utils.h", "softmax.h"), "softmax_single_row",
                                              ("float", "float", 4)),
     "MLX steel GEMM (full source)": mlx_program(

@@ -79,8 +79,13 @@ def text_violations(text: str, *, label: str, target: Target,
              *constant_violations(code, _struct_names(code.mask)),
              *kernel_return_violations(code)]
     if kernels:
-        parsed = parse_source(seen.text, label, origin=seen.origin)
-        constants = constant_names(code.mask) | {c.name for c in parsed.function_constants}
+        # The author's kernels and instantiations (the lines of the files the author did
+        # not write are empty in author_text); the constants an argument's
+        # [[function_constant(name)]] may name are anyone's.
+        parsed = parse_source(code.author_text, label, origin=seen.origin)
+        constants = (constant_names(code.mask) | {c.name for c in parse_source(
+            seen.text, label, origin=seen.origin).function_constants}
+            if "function_constant" in code.mask else set())
         for k in parsed.kernels:
             if k.file in texts and not regions:
                 found += signature_violations(k, target, constants, code)

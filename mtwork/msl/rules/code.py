@@ -25,22 +25,29 @@ class Code:
     """Preprocessed text whose line ``k`` (0-based) is the author's `places[k]`, or not
     the author's where that is None; `originals(file)` gives the author's lines of a file
     (to quote them). The mask keeps the author's lines and those `kept` for their
-    structure (the code mtwork generates around a body-form kernel's body)."""
+    structure (the code mtwork generates around a body-form kernel's body); the lines it
+    does not keep are empty in it, so that the rules read only the author's code (a
+    kernel file that includes MLX's headers is mostly theirs after the preprocessor).
+    `author_text` is the text with the same lines emptied: offsets in it are the mask's."""
 
     text: str
     places: Sequence[Place | None]
     originals: Callable[[str], Sequence[str] | None]
     kept: Sequence[bool] = ()
     mask: str = field(init=False)
+    author_text: str = field(init=False)
+    _lines: list[str] = field(init=False)
     _starts: list[int] = field(init=False)
 
     def __post_init__(self) -> None:
+        self._lines = self.text.split("\n")
+        keeps = [self._keeps(k) for k in range(len(self._lines))]
         mask = code_without_directives(self.text).split("\n")
-        kept = [m if self._keeps(k) else " " * len(m) for k, m in enumerate(mask)]
-        self.mask = "\n".join(kept)
+        self.mask = "\n".join(m if keep else "" for m, keep in zip(mask, keeps))
+        self.author_text = "\n".join(t if keep else "" for t, keep in zip(self._lines, keeps))
         self._starts = [0]
-        for line in kept[:-1]:
-            self._starts.append(self._starts[-1] + len(line) + 1)
+        for m, keep in zip(mask[:-1], keeps):
+            self._starts.append(self._starts[-1] + (len(m) if keep else 0) + 1)
 
     def _keeps(self, k: int) -> bool:
         return (k < len(self.places) and self.places[k] is not None) or \
@@ -54,14 +61,14 @@ class Code:
         return self.places[k] if k < len(self.places) else None
 
     def violation(self, rule: str, pos: int, message: str) -> Violation | None:
-        """A violation of `rule` at offset `pos` of the text, told at the author's line and
+        """A violation of `rule` at offset `pos` of the mask, told at the author's line and
         column (the same token on the author's own line); None outside the author's code."""
         place = self.place(pos)
         if place is None:
             return None
         file, line = place
         k = self.line_index(pos)
-        compiled = self.text[self._starts[k]:].split("\n", 1)[0]
+        compiled = self._lines[k]
         lines = self.originals(file)
         original = lines[line - 1] if lines is not None and 0 < line <= len(lines) else compiled
         column = column_in(original, compiled, pos - self._starts[k])

@@ -230,7 +230,7 @@ def host_name_violations(instantiations: Sequence[Instantiation],
         if names.setdefault(inst.host_name, text) == text:
             continue
         places = [m.start() for m in re.finditer(
-            r'host_name\s*\(\s*"' + re.escape(inst.host_name) + '"', code.text)]
+            r'host_name\s*\(\s*"' + re.escape(inst.host_name) + '"', code.author_text)]
         if nth < len(places):
             v = code.violation("host-name", places[nth], f"host name \"{inst.host_name}\" "
                                f"names both {names[inst.host_name]} and {text}")

@@ -162,18 +162,27 @@ class Variable:
     external: bool
 
 
+_BRACE = re.compile(r"[{}]")
+
+
 def _blank_braces(text: str) -> str:
     """`text` with what is inside its outermost braces blanked."""
-    out, depth = [], 0
-    for c in text:
-        if c == "{":
-            out.append(c if depth == 0 else " ")
+    if "{" not in text:
+        return text
+    out, depth, kept = [], 0, 0  # text[:kept] is in out
+    for m in _BRACE.finditer(text):
+        at = m.start()
+        if m.group() == "{":
+            if depth == 0:
+                out.append(text[kept:at + 1])
+                kept = at + 1
             depth += 1
-        elif c == "}" and depth:
+        elif depth:
             depth -= 1
-            out.append(c if depth == 0 else " ")
-        else:
-            out.append(c if depth == 0 else " ")
+            if depth == 0:
+                out.append(" " * (at - kept))
+                kept = at
+    out.append(text[kept:] if depth == 0 else " " * (len(text) - kept))
     return "".join(out)
 
 
