@@ -72,24 +72,33 @@ def violations(program: Program) -> tuple[Violation, ...]:
 _ADDRESS_SPACE_WORD = re.compile(r"\b(?:device|constant|threadgroup|thread)\b")
 _AMPERSAND = re.compile(r"(?<!&)&(?![&=])")
 _OUT_PARAMETERS = re.compile(r"\b(?:frexp|modf|sincos|remquo)\s*\(")
+# `threadgroup float tile[64];`: one threadgroup array, in a statement of its own.
+_THREADGROUP_ARRAY = re.compile(
+    r"(?:^|(?<=[;{}]))\s*(?P<word>threadgroup)\s+(?:const\s+)?[A-Za-z_][\w:]*"
+    r"(?:\s*<[^;<>{}()]*>)?\s+(?P<name>[A-Za-z_]\w*)\s*(?:\[[^\[\];]*\]\s*)+;", re.M)
 
 
 def _plain_values(program: Program) -> bool:
-    """Whether a body-form kernel's own code reaches its buffers only as values, so no
-    pointer or reference in it can change address space and the address-space check can
-    be spared: no address-space word, no `&` (address-of, reference), every buffer
-    (MLX's shape and strides included) subscripted at once with no member access after,
-    no call of a function that writes through a reference argument."""
+    """Whether a body-form kernel's own code reaches its buffers and threadgroup arrays
+    only as values, so no pointer or reference in it can change address space and the
+    address-space check can be spared: no address-space word but in the declaration of a
+    threadgroup array, no `&` (address-of, reference), every buffer (MLX's shape and
+    strides included) and threadgroup array subscripted at once with no member access
+    after, no call of a function that writes through a reference argument."""
     form = program.form
     if not isinstance(form, BodyForm):
         return False
     code = code_mask(form.header + "\n" + form.source)
+    arrays = []
+    for m in _THREADGROUP_ARRAY.finditer(code):
+        arrays.append(m.group("name"))
+        code = code[:m.start("word")] + " " * len("threadgroup") + code[m.end("word"):]
     if _ADDRESS_SPACE_WORD.search(code) or _AMPERSAND.search(code) or \
             _OUT_PARAMETERS.search(code):
         return False
     buffers = [p.name for p in program.params if p.kind == "buffer"
                and not (p.derived and p.derived[0] == "ndim")]
-    for name in buffers:
+    for name in (*buffers, *arrays):
         for m in re.finditer(rf"\b{re.escape(name)}\b", code):
             after = code[m.end():].lstrip()
             if not after.startswith("["):
