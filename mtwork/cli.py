@@ -4,6 +4,7 @@
     mtwork kernels
     mtwork backends
     mtwork cache [info|clear]
+    mtwork selftest [--backend B ...] [--no-families]
 """
 
 from __future__ import annotations
@@ -169,6 +170,21 @@ def _cmd_cache(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_selftest(args: argparse.Namespace) -> int:
+    from .selftest import selftest
+
+    try:
+        report = selftest(args.backend or None, families=args.families)
+    except ValueError as exc:  # an unknown backend
+        print(f"mtwork selftest: {exc}", file=sys.stderr)
+        return USAGE_ERROR
+    print(report)
+    if not report.backends:
+        print("mtwork selftest: no backend can run here", file=sys.stderr)
+        return USAGE_ERROR
+    return 1 if report.failed else 0
+
+
 def _version() -> str:
     from importlib.metadata import PackageNotFoundError, version
 
@@ -210,6 +226,23 @@ def _parser() -> argparse.ArgumentParser:
     cache = sub.add_parser("cache", help="what mtwork has cached, or clear it")
     cache.add_argument("action", nargs="?", choices=["info", "clear"], default="info")
     cache.set_defaults(handler=_cmd_cache)
+    selftest = sub.add_parser(
+        "selftest", help="check the toolchain and run a corpus of kernels on every backend",
+        description=(
+            "Check the toolchain, build the emulator's runtime, run a corpus of kernels\n"
+            "(elementwise, half and bfloat, threadgroup memory, SIMD-group functions,\n"
+            "simdgroup_matrix, atomics, MLX's own kernels, one of each kernel family) on\n"
+            "every backend that can run here, compare each with its oracle and the\n"
+            "backends with each other, and print a table and a summary to paste into a\n"
+            "bug report. Exit status: 0 when everything agrees, 1 when anything\n"
+            "disagrees or fails, 2 when no backend can run or the command line is wrong."),
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    selftest.add_argument("--backend", action="append", default=[],
+                          help="a backend to run (repeat for more; default: every backend "
+                               "that can run here)")
+    selftest.add_argument("--no-families", dest="families", action="store_false",
+                          help="leave out the kernel families of kernels/")
+    selftest.set_defaults(handler=_cmd_selftest)
     return parser
 
 
