@@ -20,15 +20,36 @@
 
 #include <stdint.h>
 
-// float -> __bf16, rounding to nearest even and keeping subnormals (as MLX does). clang
-// calls this for every conversion; the compiler's own version (and x86's instruction,
-// turned off by the driver) flush subnormals to zero.
-extern "C" __attribute__((visibility("hidden"))) __bf16 __truncsfbf2(float x) {
+// float -> __bf16, rounding to nearest even and keeping subnormals (as MLX does), in
+// integer operations. Every conversion of the shim's bfloat goes through it rather than
+// through the compiler's float -> bfloat conversion: arm64's code generator (LLVM, for a
+// CPU without bfloat instructions, such as Apple's M1) rounds a vectorized
+// `bfloat(float(a) + float(b))` of bfloat operands with the wrong lane's tie bit, so a
+// loop over threads rounded ties differently from the same code run one thread at a time.
+constexpr __attribute__((always_inline)) inline __bf16 __mtw_round_bf16(float x) {
   uint32_t u = __builtin_bit_cast(uint32_t, x);
   uint16_t r = (u & 0x7fffffffu) > 0x7f800000u
                    ? uint16_t((u >> 16) | 0x40)  // NaN stays NaN (quiet)
                    : uint16_t((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
   return __builtin_bit_cast(__bf16, r);
+}
+
+// The same for each component of a float vector.
+template <int N>
+constexpr __attribute__((always_inline)) inline __bf16 __attribute__((ext_vector_type(N)))
+__mtw_round_bf16(float __attribute__((ext_vector_type(N))) x) {
+  typedef uint32_t wide __attribute__((ext_vector_type(N)));
+  typedef uint16_t narrow __attribute__((ext_vector_type(N)));
+  typedef __bf16 result __attribute__((ext_vector_type(N)));
+  wide u = __builtin_bit_cast(wide, x);
+  wide nan = (wide)((u & 0x7fffffffu) > 0x7f800000u);  // all ones where x is a NaN
+  wide r = (((u >> 16) | 0x40u) & nan) | (((u + 0x7fffu + ((u >> 16) & 1u)) >> 16) & ~nan);
+  return __builtin_bit_cast(result, __builtin_convertvector(r, narrow));
+}
+
+// What clang calls for the conversions the shim does not write itself.
+extern "C" __attribute__((visibility("hidden"))) __bf16 __truncsfbf2(float x) {
+  return __mtw_round_bf16(x);
 }
 
 template <bool c>
@@ -65,18 +86,19 @@ struct __mtw_bfloat {
   __mtw_bfloat() = default;
   template <typename F, MTW_BF_FLOATING(F)>
   explicit MTW_BF_FN __mtw_bfloat(F x)
-      : __value(__bf16(float(x))) {}
+      : __value(__mtw_round_bf16(float(x))) {}
+  // Through float, as clang's own conversion does (an integer above 2^24 rounds twice).
   template <typename I, MTW_BF_INTEGER(I)>
-  MTW_BF_FN __mtw_bfloat(I x) : __value(__bf16(x)) {}
+  MTW_BF_FN __mtw_bfloat(I x) : __value(__mtw_round_bf16(float(x))) {}
   // A class converting to a number converts on as that number would: implicitly from a
   // bool, explicitly from anything else that converts to float.
   template <typename U, typename __mtw_bf_if<__mtw_bf_boolish<U>>::type = 0>
   MTW_BF_FN __mtw_bfloat(const U& u)
-      : __value(__bf16(float(bool(u)))) {}
+      : __value(__mtw_round_bf16(float(bool(u)))) {}
   template <typename U, typename __mtw_bf_if<__is_class(U) && !__mtw_bf_boolish<U> &&
                                              __is_convertible(U, float)>::type = 0>
   explicit MTW_BF_FN __mtw_bfloat(const U& u)
-      : __value(__bf16(float(u))) {}
+      : __value(__mtw_round_bf16(float(u))) {}
 
   // Implicitly to float, bool and the unsigned integers (MLX's sort.h stores a bfloat into
   // a uint), explicitly to half and the signed integers: were bfloat -> int implicit like
@@ -101,7 +123,7 @@ struct __mtw_bfloat {
 #define MTW_BF_ARITHMETIC(op)                                                              \
   friend MTW_BF_FN __mtw_bfloat operator op(__mtw_bfloat a,                                \
                                                                            __mtw_bfloat b) { \
-    return from(a.__value op b.__value);                                                   \
+    return from(__mtw_round_bf16(float(a.__value) op float(b.__value)));                   \
   }                                                                                        \
   template <typename I, MTW_BF_INTEGER(I)>                                                 \
   friend MTW_BF_FN __mtw_bfloat operator op(__mtw_bfloat a,                                \
