@@ -139,6 +139,8 @@ def variants(program: Program, target: Target) -> list[Variant]:
 def write_plan(program: Program, call: Dispatch, variant: Variant, folder: Path) -> Path:
     """The plan of `call` for the driver: the memory mtwork would give the kernel (fresh
     buffers made and filled as sim makes them), slot by slot, and the geometry."""
+    if any(c.isspace() for c in str(folder)):
+        raise ValueError(f"the driver reads plans word by word: no spaces in {folder}")
     folder.mkdir(parents=True, exist_ok=True)
     memory = Memory(program, call)
     geometry = call.geometry
