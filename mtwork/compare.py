@@ -72,6 +72,8 @@ class Comparison:
     chip: Chip | None = None  # the chip the variants are modelled on (None: not modelled)
     estimates: dict[str, Estimate | None] = field(default_factory=dict)
     model_notes: dict[str, str] = field(default_factory=dict)  # why a variant has none
+    # On metal: per variant, the launch cost of each round, measured apart.
+    launch_times: dict[str, tuple[float, ...]] = field(default_factory=dict)
 
     @property
     def modelled(self) -> bool:
@@ -118,7 +120,7 @@ class Comparison:
         return {
             name: Measurement.from_samples(
                 self.round_times[name], clock=self.clock, name=name, warmup=self.warmup,
-                cv_threshold=self.cv_threshold,
+                cv_threshold=self.cv_threshold, launch=self.launch_times.get(name, ()),
             )
             for name in self.names
         }
@@ -261,6 +263,10 @@ def compare(
     calls = {
         n: timed(on_backend(variants[n], clock.backend), clock, timer, setup) for n in names
     }
+    if len({c.clock for c in calls.values()}) > 1:  # paired ratios need one clock
+        calls = {n: timed(on_backend(variants[n], clock.backend), clock, timer, setup,
+                          per_dispatch=False) for n in names}
+    clock = next(iter(calls.values())).clock
 
     last_outputs: dict[str, Any] = {}
     for r in range(warmup):
@@ -296,6 +302,7 @@ def compare(
         chip=chip,
         estimates=estimates,
         model_notes=notes,
+        launch_times={n: tuple(c.launch[warmup:]) for n, c in calls.items() if c.launch},
     )
 
 

@@ -115,6 +115,7 @@ def test_faults_and_exit_are_caught_on_arm64(arm64, recorder, kind) -> None:
                output_shapes=[(64,)], output_dtypes=[mx.float32], backend="recorded")
     call = recorder.calls[0]
     [variant] = [v for v in foreign.variants(call.program, LINUX_ARM64) if v.engine == "fibers"]
-    plan = foreign.write_plan(call.program, call.call, variant, arm64 / f"fault-{kind.replace(' ', '_')}")
+    folder = arm64 / f"fault-{kind.replace(' ', '_')}"
+    plan = foreign.write_plan(call.program, call.call, variant, folder)
     ran = foreign.run(LINUX_ARM64, arm64, compiler.runtime_library(LINUX_ARM64), variant, plan)
     assert ran.status == status and said in ran.message, ran
