@@ -4,7 +4,7 @@
     mtwork kernels
     mtwork backends
     mtwork cache [info|clear]
-    mtwork selftest [--backend B ...] [--no-families]
+    mtwork selftest [--backend B ...] [--kernel NAME ...] [--no-families]
 """
 
 from __future__ import annotations
@@ -174,8 +174,9 @@ def _cmd_selftest(args: argparse.Namespace) -> int:
     from .selftest import selftest
 
     try:
-        report = selftest(args.backend or None, families=args.families)
-    except ValueError as exc:  # an unknown backend
+        report = selftest(args.backend or None, families=args.families,
+                          kernels=args.kernel or None)
+    except ValueError as exc:  # an unknown backend or kernel
         print(f"mtwork selftest: {exc}", file=sys.stderr)
         return USAGE_ERROR
     print(report)
@@ -240,6 +241,8 @@ def _parser() -> argparse.ArgumentParser:
     selftest.add_argument("--backend", action="append", default=[],
                           help="a backend to run (repeat for more; default: every backend "
                                "that can run here)")
+    selftest.add_argument("--kernel", action="append", default=[],
+                          help="run only this kernel of the corpus (repeat for more)")
     selftest.add_argument("--no-families", dest="families", action="store_false",
                           help="leave out the kernel families of kernels/")
     selftest.set_defaults(handler=_cmd_selftest)

@@ -34,12 +34,21 @@ def cases(*, families: bool = True) -> tuple[list[Case], list[str]]:
     return found, notes
 
 
-def selftest(backends: Sequence[str] | None = None, *, families: bool = True) -> Report:
+def selftest(backends: Sequence[str] | None = None, *, families: bool = True,
+             kernels: Sequence[str] | None = None) -> Report:
     """Runs the self-test on `backends` (default: every registered backend that can run
-    here) and returns its `Report` (`report.failed`: anything disagreed)."""
+    here), on every kernel of the corpus or those named in `kernels`, and returns its
+    `Report` (`report.failed`: anything disagreed)."""
     run_on, notes = usable_backends(backends)
-    report = Report(checks=toolchain_checks(run_on), backends=run_on, notes=notes)
     corpus, more = cases(families=families)
+    if kernels:
+        known = {c.name for c in corpus}
+        unknown = [k for k in kernels if k not in known]
+        if unknown:
+            raise ValueError(f"unknown self-test kernel {unknown[0]!r}: choose from "
+                             f"{', '.join(sorted(known))}")
+        corpus = [c for c in corpus if c.name in kernels]
+    report = Report(checks=toolchain_checks(run_on), backends=run_on, notes=notes)
     report.notes += more
     if run_on:
         report.rows = run_cases(corpus, run_on)

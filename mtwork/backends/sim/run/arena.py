@@ -59,18 +59,19 @@ class Placement:
 
 
 @lru_cache(maxsize=1024)
-def layout(spans: tuple[int, ...]) -> tuple[tuple[int, ...], tuple[int, ...], int]:
+def layout(spans: tuple[int, ...], page: int = PAGE
+           ) -> tuple[tuple[int, ...], tuple[int, ...], int]:
     """Starts for buffers of `spans` bytes, the offsets of the guard pages between them,
-    and the arena size. Each buffer ends (rounded up to `ALIGN`) at a page of slack, the
-    page before a guard page."""
-    starts, guards, cursor = [], [0], PAGE
+    and the arena size, for pages of `page` bytes (the system's). Each buffer ends
+    (rounded up to `ALIGN`) at a page of slack, the page before a guard page."""
+    starts, guards, cursor = [], [0], page
     for n in spans:
         padded = -(-max(n, 1) // ALIGN) * ALIGN
-        pages = -(-padded // PAGE)
-        starts.append(cursor + pages * PAGE - padded)
-        cursor += (pages + 1) * PAGE  # the buffer's pages, then its slack
+        pages = -(-padded // page)
+        starts.append(cursor + pages * page - padded)
+        cursor += (pages + 1) * page  # the buffer's pages, then its slack
         guards.append(cursor)
-        cursor += PAGE
+        cursor += page
     return tuple(starts), tuple(guards), cursor
 
 
