@@ -18,7 +18,7 @@ from .walkthrough.execute import NotebookRun, run_notebook
 from .walkthrough.export import export_html
 from .walkthrough.parameters import notebook_parameters
 
-__all__ = ["export_html", "main", "run_notebook"]
+__all__ = ["export_html", "main", "parser", "run_notebook"]
 
 DEFAULT_NOTEBOOKS = Path("notebooks")
 DEFAULT_OUT = Path("out")
@@ -197,10 +197,11 @@ def _version() -> str:
         return __version__
 
 
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="mtwork", description=__doc__.splitlines()[0])
-    parser.add_argument("--version", action="version", version=f"mtwork {_version()}")
-    sub = parser.add_subparsers(dest="command", required=True)
+def parser() -> argparse.ArgumentParser:
+    """The command line's parser (its subcommands and their options)."""
+    top = argparse.ArgumentParser(prog="mtwork", description=__doc__.splitlines()[0])
+    top.add_argument("--version", action="version", version=f"mtwork {_version()}")
+    sub = top.add_subparsers(dest="command", required=True)
     run = sub.add_parser(
         "run", help="execute notebooks and write HTML walkthroughs",
         description=(
@@ -246,11 +247,11 @@ def _parser() -> argparse.ArgumentParser:
     selftest.add_argument("--no-families", dest="families", action="store_false",
                           help="leave out the kernel families of kernels/")
     selftest.set_defaults(handler=_cmd_selftest)
-    return parser
+    return top
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    args = parser().parse_args(argv)
     return args.handler(args)
 
 

@@ -62,6 +62,10 @@ def test_every_kernel_agrees_with_its_oracle_on_sim(capsys) -> None:
     assert "DIFFERS" not in out and "ERROR" not in out
     assert "kernels on sim; 0 disagreements" in out
     assert "machine:" in out and "versions: mtwork" in out
+    for check in ("clang (ziglang)", "emulator runtime", "fault isolation", "sanitizer",
+                  "profiler"):
+        assert f"ok   {check}: " in out, check
+    assert "found at its line (source:2)" in out  # this machine has a symbolizer
     if mx.metal.is_available():
         return
     assert cli.main(["selftest", "--kernel", EXACT]) == 0  # every usable backend

@@ -20,6 +20,7 @@ from ..display import text_table
 from ..oracle import DiffReport, diff
 from ..toolchain import clang
 from .corpus import Case
+from .emulator import emulator_checks
 
 __all__ = ["Report", "Row", "run_cases"]
 
@@ -64,7 +65,8 @@ class Report:
         kernels = len({r.kernel for r in self.rows})
         bad = [r for r in self.rows if r.verdict in _FAILED]
         if self.backends:
-            lines = [f"mtwork selftest: {kernels} kernels on {', '.join(self.backends)}; "
+            lines = [f"mtwork selftest: {kernels} kernel{'s' if kernels != 1 else ''} on "
+                     f"{', '.join(self.backends)}; "
                      f"{len(bad)} disagreement{'s' if len(bad) != 1 else ''} or errors"]
         else:
             lines = ["mtwork selftest: no backend could run here"]
@@ -110,10 +112,12 @@ def _metal_device() -> str:
 
 
 def toolchain_checks(run_on: Sequence[str]) -> list[tuple[str, str, bool]]:
-    """The toolchain and runtime the emulator needs, and the Metal device when `metal`
-    runs."""
+    """The toolchain and runtime the emulator needs, the emulator's fault isolation,
+    sanitizer and profiler when `sim` runs, and the Metal device when `metal` runs."""
     checks = [_check("clang (ziglang)", _zig_version),
               _check("emulator runtime", lambda: f"built: {runtime_library().name}")]
+    if "sim" in run_on:
+        checks += emulator_checks(_check)
     if "metal" in run_on:
         checks.append(_check("Metal device", _metal_device))
     return checks
