@@ -17,18 +17,20 @@ from typing import Any
 import mlx.core as mx
 import numpy as np
 
-from . import dtypes
+from . import dtypes, graph
+from .backends import builds_graph, chosen, hold
 from .backends import compile as compile_program
 from .backends import get as get_backend
-from .backends import hold
 from .backends import run as run_program
 from .buffers import to_mx
 from .dispatch import (
     BodyForm,
     Bound,
+    Completion,
     Dispatch,
     Engine,
     Fresh,
+    Options,
     Param,
     Program,
     Region,
@@ -220,18 +222,45 @@ class MetalKernel:
             buffers[p.buffer_index] = Fresh(shape_, dt, init_value)  # type: ignore[index]
         call = Dispatch(buffers, shape, run_options)
         check_memory(call, f"{PREFIX}`output_shapes`")
+        name = chosen(backend_for(run_options, backend or self.backend), run_options)
+        if not builds_graph(name):
+            if graph.available():
+                record = graph.Record(
+                    program, Dispatch({i: b for i, b in buffers.items() if isinstance(b, Fresh)},
+                                      shape, run_options),
+                    tuple(graph.Input(p.buffer_index, a.dtype,  # type: ignore[arg-type]
+                                      self.ensure_row_contiguous)
+                          for p, a in zip(gen.params_of("input"), arrays)),
+                    tuple(graph.Output(p.buffer_index, size, dt)  # type: ignore[arg-type]
+                          for p, size, dt in zip(outputs, shapes, kinds)),
+                    name, self._finisher(run_options))
+                return graph.apply(record, arrays)
+            graph.warn_eager()
+        finish = self._finisher(run_options)
         try:
-            done = run_program(program, call,
-                               backend=backend_for(run_options, backend or self.backend))
+            done = run_program(program, call, backend=name)
         except SanitizerError as exc:
-            object.__setattr__(self, "last_sanitizer_report", exc.report)
+            finish(None, exc)
             raise
-        object.__setattr__(self, "last_sanitizer_report", done.sanitizer)
-        object.__setattr__(self, "last_engine", done.engine)
-        if run_options.profile:
-            object.__setattr__(self, "last_counters", done.counters)
+        finish(done, None)
         return [to_mx(done.buffers[p.buffer_index], dt)  # type: ignore[index]
                 for p, dt in zip(outputs, kinds)]
+
+    def _finisher(self, run_options: Options) -> graph.Finish:
+        """What a dispatch of this kernel tells it when it ends: the sanitizer's report,
+        the engine, the profiler's counts."""
+
+        def finish(done: Completion | None, error: BaseException | None) -> None:
+            if isinstance(error, SanitizerError):
+                object.__setattr__(self, "last_sanitizer_report", error.report)
+            if done is None:
+                return
+            object.__setattr__(self, "last_sanitizer_report", done.sanitizer)
+            object.__setattr__(self, "last_engine", done.engine)
+            if run_options.profile:
+                object.__setattr__(self, "last_counters", done.counters)
+
+        return finish
 
 
 def metal_kernel(

@@ -1,6 +1,7 @@
 """The `metal` backend: the Apple GPU, through ``mx.fast.metal_kernel``.
 
-A body-form program is handed to MLX exactly as its author wrote it. A full-source
+A body-form program is handed to MLX exactly as its author wrote it, and its outputs are
+MLX's, evaluated when MLX evaluates them. A full-source
 program is first written as a body-form kernel (`mtwork.msl.wrap`): its buffers travel
 as MLX inputs (fresh copies), and what the kernel writes is copied back afterwards.
 """
@@ -56,6 +57,7 @@ class MetalBackend:
     backend, to run exactly what this backend would hand MLX)."""
 
     name = "metal"
+    builds_graph = True  # mx.fast.metal_kernel's outputs are arrays of MLX's graph
 
     def __init__(self, make_kernel: Callable[..., Any] | None = None):
         self._make_kernel = make_kernel or mx.fast.metal_kernel
@@ -99,7 +101,6 @@ class MetalBackend:
             grid=call.geometry.grid, threadgroup=call.geometry.threadgroup,
             template=list(form.template) if form.template else None,
             init_value=next(iter(fills)) if fills else None)
-        mx.eval(results)
         return Completion({index: out for (index, _), out in zip(outputs, results)})
 
     def _full_source(self, program: Program, form: FullSource, call: Dispatch) -> Completion:
