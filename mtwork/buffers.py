@@ -16,6 +16,7 @@ reuse the memory of the outputs they drop, as on a Mac. A limit the caller set w
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import mlx.core as mx
@@ -23,8 +24,8 @@ import numpy as np
 
 from . import dtypes
 
-__all__ = ["allocate", "byte_span", "filled", "initialise", "numpy_view", "poisoned",
-           "to_mx"]
+__all__ = ["allocate", "byte_span", "fill_value", "filled", "initialise", "numpy_view",
+           "poisoned", "to_mx"]
 
 _POISON_BITS = {
     mx.float32: np.uint32(0x7FC0BADD),
@@ -34,13 +35,46 @@ _POISON_BITS = {
 }
 
 
+def _saturated(value: float, low: int, high: int) -> int:
+    """An AArch64 float-to-integer conversion: toward zero, saturating, NaN to 0."""
+    if math.isnan(value):
+        return 0
+    return low if value <= low else high if value >= high else int(value)
+
+
+def fill_value(fill: float, dtype: mx.Dtype) -> np.generic:
+    """`fill` in `dtype`'s storage (bfloat16 as its bits) as MLX writes an ``init_value``:
+    taken as a C++ float, then converted as on Apple silicon, where MLX's kernels run:
+    floats round to nearest (±inf stays, NaN stays NaN: bfloat16's is 0x7FC0, MLX's);
+    integers of 32 and 64 bits saturate, narrower ones take the low bits of the 32-bit
+    saturated value (what clang emits for the narrowing), NaN gives 0; bool is
+    ``fill != 0``, so NaN is true."""
+    value = np.float32(fill)
+    storage = np.dtype(dtypes.storage_numpy_dtype(dtype))
+    if dtype == mx.bfloat16:
+        if np.isnan(value):
+            return np.uint16(0x7FC0)
+        bits = int(value.view(np.uint32))
+        return np.uint16(((bits + ((bits >> 16) & 1) + 0x7FFF) >> 16) & 0xFFFF)
+    if dtype == mx.bool_:
+        return np.bool_(value != 0)
+    if storage.kind in "fc":
+        return storage.type(value)
+    if storage.itemsize >= 4:
+        limits = np.iinfo(storage)
+        return storage.type(_saturated(float(value), int(limits.min), int(limits.max)))
+    wide = _saturated(float(value), -(1 << 31), (1 << 31) - 1)
+    unsigned = np.dtype(f"u{storage.itemsize}")
+    return unsigned.type(wide & ((1 << (8 * storage.itemsize)) - 1)).view(storage)
+
+
 def initialise(out: np.ndarray, dtype: mx.Dtype, fill: float | None) -> np.ndarray:
-    """Fills `out` (storage of `dtype`) with `fill` (converted as MLX converts it), or
-    with the poison pattern when `fill` is None; returns it."""
+    """Fills `out` (storage of `dtype`) with `fill` (converted as MLX converts an
+    ``init_value``, `fill_value`), or with the poison pattern when `fill` is None;
+    returns it."""
     flat = out.reshape(-1)
     if fill is not None:
-        one = mx.array(fill).astype(dtype)
-        flat[...] = np.array(one.view(mx.uint16)) if dtype == mx.bfloat16 else np.array(one)
+        flat[...] = fill_value(fill, dtype)
         return out
     pattern = _POISON_BITS.get(dtype)
     if pattern is None:

@@ -225,16 +225,7 @@ class MetalKernel:
         name = chosen(backend_for(run_options, backend or self.backend), run_options)
         if not builds_graph(name):
             if graph.available():
-                record = graph.Record(
-                    program, Dispatch({i: b for i, b in buffers.items() if isinstance(b, Fresh)},
-                                      shape, run_options),
-                    tuple(graph.Input(p.buffer_index, a.dtype,  # type: ignore[arg-type]
-                                      self.ensure_row_contiguous)
-                          for p, a in zip(gen.params_of("input"), arrays)),
-                    tuple(graph.Output(p.buffer_index, size, dt)  # type: ignore[arg-type]
-                          for p, size, dt in zip(outputs, shapes, kinds)),
-                    name, self._finisher(run_options))
-                return graph.apply(record, arrays)
+                return self._operation(program, call, name, arrays, outputs)
             graph.warn_eager()
         finish = self._finisher(run_options)
         try:
@@ -245,6 +236,20 @@ class MetalKernel:
         finish(done, None)
         return [to_mx(done.buffers[p.buffer_index], dt)  # type: ignore[index]
                 for p, dt in zip(outputs, kinds)]
+
+    def _operation(self, program: Program, call: Dispatch, backend: str,
+                   arrays: list[mx.array], outputs: list[body.Param]) -> list[mx.array]:
+        """The call as an operation of MLX's graph, run on `backend` when MLX evaluates
+        it; compiled now (compiling needs no values, and its errors come at the call).
+        A sanitized or profiled call is evaluated at once unless it is being traced, so
+        that its report or counts are there when it returns."""
+        compile_program(program, backend=backend, options=call.options)
+        made = graph.operation(program, call, backend, self._finisher(call.options))
+        results = [made[p.buffer_index] for p in outputs]  # type: ignore[index]
+        if (call.options.sanitize or call.options.profile) and not any(
+                graph.is_tracer(a) for a in arrays):
+            mx.eval(results)
+        return results
 
     def _finisher(self, run_options: Options) -> graph.Finish:
         """What a dispatch of this kernel tells it when it ends: the sanitizer's report,
@@ -313,8 +318,9 @@ def _define_text(name: str, value: Any) -> str:
 @dataclass
 class Launch:
     """One call of an `mtwork.metal_kernel`, with its template values, `#define`d
-    constants and dispatch shape. Calling it runs the kernel: `launch(*inputs,
-    backend=...)`; without inputs it uses `inputs` given here.
+    constants and dispatch shape. Calling it runs the kernel (its outputs are evaluated
+    before it returns): `launch(*inputs, backend=...)`; without inputs it uses `inputs`
+    given here.
 
     `defines` become `#define NAME value` lines at the top of the header, so the kernel
     body and header can use them as constants (on `metal` as on `sim`). Header lines in
@@ -362,12 +368,14 @@ class Launch:
                  sanitize: bool | str | None = None, profile: bool = False
                  ) -> list[mx.array]:
         arrays = list(inputs) if inputs else list(self.inputs or [])
-        return self.defined_kernel(
+        outputs = self.defined_kernel(
             inputs=arrays, grid=self.grid, threadgroup=self.threadgroup,
             output_shapes=self.output_shapes, output_dtypes=self.output_dtypes,
             template=self.template, init_value=self.init_value, backend=backend,
             timeout=self.timeout, sanitize=sanitize, profile=profile,
         )
+        mx.eval(outputs)  # a launch runs when called: its errors and reports come here
+        return outputs
 
     @property
     def last_counters(self) -> Counters | None:

@@ -8,13 +8,13 @@ from .operation import (
     Input,
     Output,
     Record,
-    apply,
     available,
     is_tracer,
+    operation,
     pending,
     unavailable_reason,
     warn_eager,
 )
 
-__all__ = ["Finish", "GraphUnavailable", "Input", "Output", "Record", "apply", "available",
-           "is_tracer", "pending", "unavailable_reason", "warn_eager"]
+__all__ = ["Finish", "GraphUnavailable", "Input", "Output", "Record", "available",
+           "is_tracer", "operation", "pending", "unavailable_reason", "warn_eager"]

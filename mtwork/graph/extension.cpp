@@ -11,8 +11,9 @@
 //
 // Evaluation runs on the thread that evaluates (MLX calls `eval_cpu` there) and does
 // the kernel's work at once: `mx.eval` keeps the GIL while it waits, so work queued on
-// MLX's stream thread could never take the GIL to run mtwork. The stream's earlier work,
-// which computes the inputs, is waited for first.
+// MLX's stream thread could never take the GIL to run mtwork. The streams' earlier work,
+// which computes the inputs, is waited for first. (`mx.async_eval` therefore returns
+// once these kernels have run.)
 
 #include <cstdint>
 #include <mutex>
@@ -24,6 +25,7 @@
 
 #include "mlx/allocator.h"
 #include "mlx/array.h"
+#include "mlx/device.h"
 #include "mlx/primitives.h"
 #include "mlx/stream.h"
 
@@ -57,7 +59,13 @@ class KernelCall : public mx::Primitive {
 
   void eval_cpu(const std::vector<mx::array>& inputs,
                 std::vector<mx::array>& outputs) override {
-    mx::synchronize(stream());  // the inputs are computed by work queued before this
+    // The inputs are computed by work queued before this one. Inputs made on the GPU
+    // (a Mac) reach this stream through a fence that the GPU's command buffer signals
+    // when it is committed, which MLX does after this returns: commit it first.
+    if (mx::is_available(mx::Device::gpu)) {
+      mx::synchronize(mx::default_stream(mx::Device::gpu));
+    }
+    mx::synchronize(stream());
     for (auto& out : outputs) {
       out.set_data(mx::allocator::malloc(out.nbytes()));
     }

@@ -23,7 +23,7 @@ import dataclasses
 import itertools
 import threading
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from types import ModuleType
 
@@ -32,12 +32,12 @@ import numpy as np
 
 from ..backends import run as run_program
 from ..buffers import numpy_view
-from ..dispatch import Bound, Completion, Dispatch, Program
+from ..dispatch import Bound, Completion, Dispatch, Fresh, Program
 from ..dtypes import storage_numpy_dtype
 from .build import GraphUnavailable, load
 
-__all__ = ["Finish", "GraphUnavailable", "Input", "Output", "Record", "apply", "available",
-           "is_tracer", "pending", "unavailable_reason", "warn_eager"]
+__all__ = ["Finish", "GraphUnavailable", "Input", "Output", "Record", "available",
+           "is_tracer", "operation", "pending", "unavailable_reason", "warn_eager"]
 
 
 @dataclass(frozen=True)
@@ -151,16 +151,38 @@ def pending() -> int:
     return len(_records)
 
 
-def apply(record: Record, inputs: Sequence[mx.array]) -> list[mx.array]:
-    """The outputs of one kernel call on `inputs` (one per `record.inputs`), as arrays of
-    MLX's graph."""
+def operation(program: Program, call: Dispatch, backend: str, finish: Finish
+              ) -> dict[int, mx.array]:
+    """The buffers `call` returns, as arrays of MLX's graph, by buffer index: a bound
+    ``mx.array`` is an input of the operation (and, when the kernel writes it, an output
+    that starts as its bytes), a fresh buffer an output; other buffers (numpy, scalars)
+    are constants of the call. `finish` hears how each evaluation ended."""
     module = _extension()
     _forget_released(module)
+    inputs: list[Input] = []
+    outputs: list[Output] = []
+    arrays: list[mx.array] = []
+    constants: dict[int, Bound | Fresh] = {}
+    for index, buf in sorted(call.buffers.items()):
+        if isinstance(buf, Fresh):
+            outputs.append(Output(index, tuple(buf.shape), buf.dtype))
+            constants[index] = buf
+        elif isinstance(buf.array, mx.array):
+            dtype = buf.dtype or buf.array.dtype
+            if buf.writable:
+                outputs.append(Output(index, tuple(buf.array.shape), dtype, len(inputs)))
+            inputs.append(Input(index, dtype, buf.contiguous))
+            arrays.append(buf.array)
+        else:
+            constants[index] = buf
+    record = Record(program, dataclasses.replace(call, buffers=constants), tuple(inputs),
+                    tuple(outputs), backend, finish)
     call_id = next(_ids)
     with _lock:
         _records[call_id] = record
-    return module.apply(call_id, list(inputs), [list(o.shape) for o in record.outputs],
-                        [o.dtype for o in record.outputs])
+    made = module.apply(call_id, arrays, [list(o.shape) for o in outputs],
+                        [o.dtype for o in outputs])
+    return {o.index: array for o, array in zip(outputs, made)}
 
 
 def _view(address: int, shape: tuple[int, ...], strides: tuple[int, ...],
@@ -183,7 +205,7 @@ def _run(call_id: int, inputs: list[tuple], outputs: list[tuple]) -> None:
         record = _records[call_id]
     given = [_view(*described) for described in inputs]
     made = [_view(*described) for described in outputs]
-    buffers = dict(record.call.buffers)
+    buffers: dict[int, Bound | Fresh] = dict(record.call.buffers)
     for spec, view in zip(record.inputs, given):
         buffers[spec.index] = Bound(view, spec.dtype, contiguous=spec.contiguous)
     into = {}

@@ -78,7 +78,7 @@ CASES = [
     ("sanitize='yes please'", lambda: call(sanitize="yes please"), ValueError,
      ["`sanitize`", "warn"]),
     ("isolate='no'", lambda: call(isolate="no"), ValueError, ["`isolate`", "'no'"]),
-    ("init_value nan", lambda: call(init_value=math.nan), ValueError, ["`init_value`"]),
+    ("init_value '0'", lambda: call(init_value="0"), ValueError, ["`init_value`", "'0'"]),
     ("verbose='x'", lambda: call(verbose="x"), TypeError, ["`verbose`", "'x'", "True or False"]),
     ("verbose=1", lambda: call(verbose=1), TypeError, ["`verbose`", "1", "True or False"]),
     ("an input named new", lambda: make(input_names=["new"]), ValueError,
