@@ -342,8 +342,9 @@ class Isolated:
     def _completion(self, reply: Any, placements: dict[int, Placement], call: Dispatch,
                     as_mx: bool) -> Completion:
         """The written buffers copied out of the arena: into the caller's writable numpy
-        arrays, or the memory `call.into` gives, else into new arrays (``mx.array`` ones when `as_mx`: a body-form kernel
-        returns those, and one copy is cheaper than two)."""
+        arrays, or the memory `call.into` gives, else into new arrays (``mx.array`` ones
+        when `as_mx`: a body-form kernel returns those, and one copy is cheaper than
+        two)."""
         kind, value = reply
         if kind == "error":
             raise value
