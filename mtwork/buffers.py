@@ -23,6 +23,7 @@ import mlx.core as mx
 import numpy as np
 
 from . import dtypes
+from .native import metal_available
 
 __all__ = ["allocate", "byte_span", "fill_value", "filled", "initialise", "numpy_view",
            "poisoned", "to_mx"]
@@ -120,7 +121,7 @@ def _reuse_memory_of(nbytes: int) -> None:
     global _cache_limit
     if _cache_limit is None or nbytes <= _cache_limit // _REUSED_ARRAYS:
         return
-    if mx.metal.is_available():  # the Metal allocator caches up to its memory limit
+    if metal_available():  # the Metal allocator caches up to its memory limit
         _cache_limit = None
         return
     wanted = min(_REUSED_ARRAYS * nbytes, mx.get_memory_limit() // 8)

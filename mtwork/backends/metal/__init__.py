@@ -18,6 +18,7 @@ from ...buffers import allocate, numpy_view, to_mx
 from ...dispatch import BodyForm, Completion, Dispatch, Fresh, FullSource, Program
 from ...msl.includes import inline_includes
 from ...msl.wrap import MetalWrapper, input_name, wrap
+from ...native import metal_available, metal_kernel
 
 __all__ = ["MetalBackend", "wrapper"]
 
@@ -53,21 +54,18 @@ def _aliases(memory: Mapping[str, np.ndarray]) -> dict[str, str]:
 
 class MetalBackend:
     """The Apple GPU through MLX. `make_kernel` is what builds a body-form kernel
-    (``mx.fast.metal_kernel``; a test may pass ``mtwork.metal_kernel`` bound to another
+    (MLX's own ``mx.fast.metal_kernel``, not an interposed one; a test may pass ``mtwork.metal_kernel`` bound to another
     backend, to run exactly what this backend would hand MLX)."""
 
     name = "metal"
     builds_graph = True  # mx.fast.metal_kernel's outputs are arrays of MLX's graph
 
     def __init__(self, make_kernel: Callable[..., Any] | None = None):
-        self._make_kernel = make_kernel or mx.fast.metal_kernel
+        self._make_kernel = make_kernel or metal_kernel
 
     def unavailable_reason(self) -> str | None:
-        try:
-            if mx.metal.is_available():
-                return None
-        except AttributeError:
-            pass
+        if metal_available():
+            return None
         return ("no Metal device: MLX reports mx.metal.is_available() == False "
                 "(not an Apple GPU)")
 
