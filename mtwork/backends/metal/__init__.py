@@ -54,8 +54,9 @@ def _aliases(memory: Mapping[str, np.ndarray]) -> dict[str, str]:
 
 class MetalBackend:
     """The Apple GPU through MLX. `make_kernel` is what builds a body-form kernel
-    (MLX's own ``mx.fast.metal_kernel``, not an interposed one; a test may pass ``mtwork.metal_kernel`` bound to another
-    backend, to run exactly what this backend would hand MLX)."""
+    (MLX's own ``mx.fast.metal_kernel``, not an interposed one; a test may pass
+    ``mtwork.metal_kernel`` bound to another backend, to run exactly what this backend
+    would hand MLX)."""
 
     name = "metal"
     builds_graph = True  # mx.fast.metal_kernel's outputs are arrays of MLX's graph
