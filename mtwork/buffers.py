@@ -9,7 +9,8 @@ limit is its memory limit; its CPU allocator's (mlx/backend/no_gpu/allocator.cpp
 32 MiB, so there every larger array is new memory, faulted in page by page by its first
 write (30 ms of a 64 MB output's copy, against 6 ms for the copy itself). `to_mx` raises
 the CPU limit, while it is MLX's default or one set here, to hold a few arrays of the size
-it makes (at most an eighth of MLX's memory limit), so that calls of a kernel in a loop
+it makes (at most an eighth of MLX's memory limit; `reuse_memory_for`: the outputs
+an operation of MLX's graph has MLX make, `mtwork.graph`), so that calls of a kernel in a loop
 reuse the memory of the outputs they drop, as on a Mac. A limit the caller set with
 ``mx.set_cache_limit`` stays as it is.
 """
@@ -26,7 +27,7 @@ from . import dtypes
 from .native import metal_available
 
 __all__ = ["allocate", "byte_span", "fill_value", "filled", "initialise", "numpy_view",
-           "poisoned", "to_mx"]
+           "poisoned", "reuse_memory_for", "to_mx"]
 
 _POISON_BITS = {
     mx.float32: np.uint32(0x7FC0BADD),
@@ -116,7 +117,7 @@ _REUSED_ARRAYS = 4  # arrays of one size the raised cache limit holds
 _cache_limit: int | None = _MLX_CPU_CACHE_LIMIT  # None: the caller set one
 
 
-def _reuse_memory_of(nbytes: int) -> None:
+def reuse_memory_for(nbytes: int) -> None:
     """Raises MLX's CPU cache limit to hold a few buffers of `nbytes` (module docstring)."""
     global _cache_limit
     if _cache_limit is None or nbytes <= _cache_limit // _REUSED_ARRAYS:
@@ -139,7 +140,7 @@ def to_mx(arr: np.ndarray | mx.array, dtype: mx.Dtype | None) -> mx.array:
     """A numpy buffer as an ``mx.array`` of `dtype` (uint16 bits become bfloat16)."""
     if isinstance(arr, mx.array):
         return arr
-    _reuse_memory_of(arr.nbytes)
+    reuse_memory_for(arr.nbytes)
     out = mx.array(arr)
     return out.view(mx.bfloat16) if dtype == mx.bfloat16 else out
 

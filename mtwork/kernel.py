@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import weakref
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -253,17 +254,22 @@ class MetalKernel:
 
     def _finisher(self, run_options: Options) -> graph.Finish:
         """What a dispatch of this kernel tells it when it ends: the sanitizer's report,
-        the engine, the profiler's counts."""
+        the engine, the profiler's counts. It holds the kernel weakly: an operation MLX
+        keeps (in a compiled function) does not keep the kernel, or its worker, alive."""
+        kernel = weakref.ref(self)
 
         def finish(done: Completion | None, error: BaseException | None) -> None:
+            this = kernel()
+            if this is None:
+                return
             if isinstance(error, SanitizerError):
-                object.__setattr__(self, "last_sanitizer_report", error.report)
+                object.__setattr__(this, "last_sanitizer_report", error.report)
             if done is None:
                 return
-            object.__setattr__(self, "last_sanitizer_report", done.sanitizer)
-            object.__setattr__(self, "last_engine", done.engine)
+            object.__setattr__(this, "last_sanitizer_report", done.sanitizer)
+            object.__setattr__(this, "last_engine", done.engine)
             if run_options.profile:
-                object.__setattr__(self, "last_counters", done.counters)
+                object.__setattr__(this, "last_counters", done.counters)
 
         return finish
 

@@ -6,6 +6,7 @@ one call of it with everything it needs (what a sweep's or an editor's `build` r
 from __future__ import annotations
 
 import dataclasses
+import weakref
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -305,7 +306,7 @@ class Kernel:
         if traced:
             name = chosen(name, call.options)
             compile_program(self.program, backend=name, options=call.options)
-            written = graph.operation(self.program, call, name, self._finish)
+            written = graph.operation(self.program, call, name, _weakly(self._finish))
         else:
             try:
                 done = run_program(self.program, call, backend=name)
@@ -388,6 +389,19 @@ class LibraryLaunch:
     def last_counters(self) -> Counters | None:
         """The counts of this launch's kernel's last profiled call."""
         return self.kernel.last_counters
+
+
+def _weakly(method: Any) -> graph.Finish:
+    """`method` of a kernel, held weakly (an operation MLX keeps must not keep the
+    kernel, or the emulator's worker, alive)."""
+    ref = weakref.WeakMethod(method)
+
+    def finish(done: Completion | None, error: BaseException | None) -> None:
+        bound = ref()
+        if bound is not None:
+            bound(done, error)
+
+    return finish
 
 
 def _traced(buffers: Any) -> bool:

@@ -6,6 +6,7 @@ the metal backend's path (with `mtwork.metal_kernel` on sim standing in for MLX'
 from __future__ import annotations
 
 import math
+import time
 
 import mlx.core as mx
 import numpy as np
@@ -13,7 +14,7 @@ import pytest
 
 import mtwork
 from mtwork import graph
-from mtwork.backends import cancel
+from mtwork.backends import cancel, get
 from tests.conformance.metal_path import registered
 
 pytestmark = pytest.mark.skipif(not graph.available(),
@@ -87,12 +88,18 @@ def engine(monkeypatch):
     """Sets $MTWORK_SIM_ENGINE; the worker process, which keeps the environment it
     started with, is ended so that the next call starts one that reads it."""
 
+    def restart() -> None:
+        cancel("sim")
+        deadline = time.monotonic() + 10
+        while get("sim").worker_pid is not None and time.monotonic() < deadline:
+            time.sleep(0.01)  # ended: the next call starts a worker, not the dying one
+
     def use(mode: str) -> None:
         monkeypatch.setenv("MTWORK_SIM_ENGINE", mode)
-        cancel("sim")
+        restart()
 
     yield use
-    cancel("sim")
+    restart()
 
 
 @pytest.mark.parametrize("isolate", [True, False], ids=["isolated", "in-process"])

@@ -21,6 +21,7 @@ from __future__ import annotations
 import ctypes
 import dataclasses
 import itertools
+import math
 import threading
 import warnings
 from collections.abc import Callable
@@ -31,9 +32,9 @@ import mlx.core as mx
 import numpy as np
 
 from ..backends import run as run_program
-from ..buffers import numpy_view
+from ..buffers import numpy_view, reuse_memory_for
 from ..dispatch import Bound, Completion, Dispatch, Fresh, Program
-from ..dtypes import storage_numpy_dtype
+from ..dtypes import itemsize, storage_numpy_dtype
 from .build import GraphUnavailable, load
 
 __all__ = ["Finish", "GraphUnavailable", "Input", "Output", "Record", "available",
@@ -180,6 +181,8 @@ def operation(program: Program, call: Dispatch, backend: str, finish: Finish
     call_id = next(_ids)
     with _lock:
         _records[call_id] = record
+    for o in outputs:  # MLX's allocator keeps such outputs for the next call to reuse
+        reuse_memory_for(math.prod(o.shape) * itemsize(o.dtype))
     made = module.apply(call_id, arrays, [list(o.shape) for o in outputs],
                         [o.dtype for o in outputs])
     return {o.index: array for o, array in zip(outputs, made)}
