@@ -12,9 +12,11 @@ kernel project's test suite runs on Linux CI as it is.
 - ``--mtwork-no-metal``: ``mx.metal.is_available()`` stays False (the project's own
   fallbacks run, with any kernel it makes regardless on mtwork).
 
-Installed with mtwork (the ``pytest11`` entry point): without these options it does
-nothing and imports nothing but this module. Interposition starts before the test
-modules are imported, so kernels a module makes at import are mtwork's.
+Installed with mtwork (the ``pytest11`` entry point). It is a package of its own, beside
+``mtwork``, so that every pytest run (the plugin is loaded into each) imports this module
+only: mtwork, MLX and the emulator are imported when an option asks for them.
+Interposition starts before the test modules are imported, so kernels a module makes at
+import are mtwork's.
 """
 
 from __future__ import annotations
