@@ -6,7 +6,6 @@ one call of it with everything it needs (what a sweep's or an editor's `build` r
 from __future__ import annotations
 
 import dataclasses
-import weakref
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -21,7 +20,6 @@ from .backends import compile as compile_program
 from .backends import run as run_program
 from .buffers import to_mx
 from .dispatch import (
-    Bound,
     Completion,
     Dispatch,
     Engine,
@@ -37,6 +35,7 @@ from .dispatch import (
 )
 from .gpu.counters import Counters
 from .library_arguments import describe, threadgroup_sizes
+from .library_operation import check_kept, traced_call, weakly
 from .limits import MAX_BUFFER_INDEX, MAX_THREADS_PER_THREADGROUP
 from .msl.constants import function_constant_macros
 from .msl.signature import FunctionConstant, KernelParam, KernelSignature
@@ -253,7 +252,7 @@ class Kernel:
                                f"{describe(p)} of `{self.name}`", keep_arrays=keep_arrays)
                  for p, value in self._bind(buffers).values()}
         if keep_arrays:
-            _check_kept(self.name, bound)
+            check_kept(self.name, bound)
         # One mx array at several indices stays one buffer (its copy is shared), as a
         # numpy array does: one MTLBuffer bound twice has one address.
         copies: dict[int, Any] = {}
@@ -296,7 +295,7 @@ class Kernel:
         True runs on sim and counts what the call does to an Apple GPU
         (`last_counters`; see mtwork.profile).
         """
-        traced = _traced(buffers)
+        traced = traced_call(buffers)
         call = self.dispatch(buffers=buffers, threadgroup_memory=threadgroup_memory,
                              threadgroups=threadgroups, grid=grid,
                              threads_per_threadgroup=threads_per_threadgroup,
@@ -306,7 +305,7 @@ class Kernel:
         if traced:
             name = chosen(name, call.options)
             compile_program(self.program, backend=name, options=call.options)
-            written = graph.operation(self.program, call, name, _weakly(self._finish))
+            written = graph.operation(self.program, call, name, weakly(self._finish))
         else:
             try:
                 done = run_program(self.program, call, backend=name)
@@ -389,43 +388,3 @@ class LibraryLaunch:
     def last_counters(self) -> Counters | None:
         """The counts of this launch's kernel's last profiled call."""
         return self.kernel.last_counters
-
-
-def _weakly(method: Any) -> graph.Finish:
-    """`method` of a kernel, held weakly (an operation MLX keeps must not keep the
-    kernel, or the emulator's worker, alive)."""
-    ref = weakref.WeakMethod(method)
-
-    def finish(done: Completion | None, error: BaseException | None) -> None:
-        bound = ref()
-        if bound is not None:
-            bound(done, error)
-
-    return finish
-
-
-def _traced(buffers: Any) -> bool:
-    """Whether any ``mx.array`` among `buffers` belongs to a graph being traced (inside
-    `mx.compile`, `mx.grad`, ...): then the call is an operation of MLX's graph."""
-    values = buffers.values() if isinstance(buffers, Mapping) else (
-        buffers if isinstance(buffers, Sequence) and not isinstance(buffers, (str, bytes))
-        else ())
-    arrays = [v for v in values if isinstance(v, mx.array)]
-    return bool(arrays) and graph.available() and any(graph.is_tracer(a) for a in arrays)
-
-
-def _check_kept(kernel: str, bound: Mapping[int, Any]) -> None:
-    """Inside a transformation, memory is MLX's: no numpy array can be written in place,
-    and one array written at two indices would be two outputs."""
-    for index, buf in bound.items():
-        if isinstance(buf, Bound) and buf.writable and isinstance(buf.array, np.ndarray):
-            raise TypeError(f"`{kernel}`: buffer({index}) is written by the kernel and given "
-                            f"as a numpy array, which cannot be written inside mx.compile "
-                            f"or another transformation; pass an mx.array (its result comes "
-                            f"back in the Outputs) or mtwork.new_buffer(...)")
-    written = [id(b.array) for b in bound.values()
-               if isinstance(b, Bound) and b.writable and isinstance(b.array, mx.array)]
-    if len(written) != len(set(written)):
-        raise TypeError(f"`{kernel}`: one mx.array is bound to two buffers the kernel "
-                        f"writes; inside a transformation each written buffer is an output "
-                        f"of its own: pass copies")
