@@ -64,8 +64,10 @@ def host_flags(mlx_lib: Path) -> list[str]:
     """The compiler and linker flags that differ between hosts: a Python extension that
     links MLX's library and finds it where it is at run time."""
     flags = ["-shared", "-fPIC", f"-Wl,-rpath,{mlx_lib.parent}", str(mlx_lib)]
-    if sys.platform == "darwin":  # Python's symbols come from the interpreter at load
-        flags += ["-Wl,-undefined,dynamic_lookup"]
+    if sys.platform == "darwin":
+        # Python's symbols come from the interpreter at load; MLX's headers and wheels
+        # target macOS 14 and later (mlx/extension.py builds extensions so too).
+        flags += ["-Wl,-undefined,dynamic_lookup", "-mmacosx-version-min=14.0"]
     return flags
 
 
