@@ -31,12 +31,16 @@ from ..dispatch import Completion, Dispatch, Options, Program
 from ..errors import BackendUnavailable
 from ..sanitizer import SanitizerError, SanitizerWarning
 
-__all__ = ["Backend", "backends", "cancel", "compile", "default_backend", "get", "hold",
-           "names", "recording", "register", "resolve", "run", "unregister"]
+__all__ = ["Backend", "backends", "builds_graph", "cancel", "chosen", "compile",
+           "default_backend", "get", "hold", "names", "recording", "register", "resolve",
+           "run", "unregister"]
 
 
 class Backend(Protocol):
-    """What mtwork asks of a backend."""
+    """What mtwork asks of a backend. One whose `dispatch` of a body-form program returns
+    arrays of MLX's graph (lazy, as ``mx.fast.metal_kernel``'s) says so with a true
+    ``builds_graph`` attribute; mtwork makes the calls of every other one operations of
+    MLX's graph itself (`mtwork.graph`)."""
 
     name: str
 
@@ -154,8 +158,18 @@ def resolve(name: str | None) -> str:
     return name
 
 
+def chosen(backend: str | None, options: Options) -> str:
+    """The backend a dispatch with `options` runs on (a sanitized one on ``sim``)."""
+    return resolve("sim" if options.sanitize else backend)
+
+
 def _chosen(backend: str | None, options: Options) -> Backend:
-    return get(resolve("sim" if options.sanitize else backend))
+    return get(chosen(backend, options))
+
+
+def builds_graph(name: str) -> bool:
+    """Whether backend `name` returns body-form results as arrays of MLX's graph."""
+    return bool(getattr(get(name), "builds_graph", False))
 
 
 def compile(program: Program, *, backend: str | None = None,
@@ -212,13 +226,13 @@ def run(program: Program, call: Dispatch, *, backend: str | None = None) -> Comp
     report with findings raises `SanitizerError` (``"raise"``), warns (``"warn"``) or is
     only kept (``"report"``); the report is on the completion, and on the error as
     `.report`."""
-    chosen = _chosen(backend, call.options)
+    picked = _chosen(backend, call.options)
     calls, depth = getattr(_recorded, "calls", None), getattr(_recorded, "depth", 0)
     if calls is not None and depth == 0:
-        calls.append((chosen, program, call))
+        calls.append((picked, program, call))
     _recorded.depth = depth + 1
     try:
-        completion = chosen.dispatch(program, call)
+        completion = picked.dispatch(program, call)
     finally:
         _recorded.depth = depth
     report = completion.sanitizer

@@ -1,6 +1,7 @@
 """The `metal` backend: the Apple GPU, through ``mx.fast.metal_kernel``.
 
-A body-form program is handed to MLX exactly as its author wrote it. A full-source
+A body-form program is handed to MLX exactly as its author wrote it, and its outputs are
+MLX's, evaluated when MLX evaluates them. A full-source
 program is first written as a body-form kernel (`mtwork.msl.wrap`): its buffers travel
 as MLX inputs (fresh copies), and what the kernel writes is copied back afterwards.
 
@@ -14,7 +15,8 @@ What this relies on in MLX's Python API (0.32): ``mx.fast.metal_kernel(name=,
 input_names=, output_names=, source=, header=, ensure_row_contiguous=, atomic_outputs=,
 compile_options={"math_mode": ...})``; calling the kernel object with the keyword-only
 ``inputs=, output_shapes=, output_dtypes=, grid=, threadgroup=, template=, init_value=``,
-which returns a list of lazy arrays; ``mx.eval``; ``mx.metal.is_available``.
+which returns a list of lazy arrays; ``mx.eval``; ``mx.metal.is_available`` (MLX's own
+functions, not interposed ones: `mtwork.native`).
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from ...buffers import allocate, numpy_view, to_mx
 from ...dispatch import BodyForm, Completion, Dispatch, Fresh, FullSource, Program
 from ...msl.includes import inline_includes
 from ...msl.wrap import MetalWrapper, input_name, wrap
+from ...native import metal_available, metal_kernel
 
 __all__ = ["MetalBackend", "Prepared", "wrapper"]
 
@@ -81,24 +84,28 @@ class Prepared:
     def dispatch(self) -> list[mx.array]:
         return self.kernel(**self.arguments)
 
+    def materialize(self) -> None:
+        """Evaluates the inputs (an input may be a lazy array of MLX's graph), so that a
+        timed dispatch computes only itself."""
+        mx.eval(self.arguments["inputs"])
+
 
 class MetalBackend:
     """The Apple GPU through MLX. `make_kernel` is what builds a body-form kernel
-    (``mx.fast.metal_kernel``; a test may pass ``mtwork.metal_kernel`` bound to another
-    backend, to run exactly what this backend would hand MLX)."""
+    (MLX's own ``mx.fast.metal_kernel``, not an interposed one; a test may pass
+    ``mtwork.metal_kernel`` bound to another backend, to run exactly what this backend
+    would hand MLX)."""
 
     name = "metal"
+    builds_graph = True  # mx.fast.metal_kernel's outputs are arrays of MLX's graph
 
     def __init__(self, make_kernel: Callable[..., Any] | None = None):
-        self._make_kernel = make_kernel or mx.fast.metal_kernel
+        self._make_kernel = make_kernel or metal_kernel
         self._kernels: OrderedDict[Any, Any] = OrderedDict()
 
     def unavailable_reason(self) -> str | None:
-        try:
-            if mx.metal.is_available():
-                return None
-        except AttributeError:
-            pass
+        if metal_available():
+            return None
         return ("no Metal device: MLX reports mx.metal.is_available() == False "
                 "(not an Apple GPU)")
 
@@ -110,9 +117,7 @@ class MetalBackend:
 
     def dispatch(self, program: Program, call: Dispatch) -> Completion:
         prepared = self.prepare(program, call)
-        results = prepared.dispatch()
-        mx.eval(results)
-        return prepared.finish(results)
+        return prepared.finish(prepared.dispatch())
 
     def prepare(self, program: Program, call: Dispatch) -> Prepared:
         """Everything `call` needs but the dispatch: the kernel object (made once per
@@ -144,10 +149,8 @@ class MetalBackend:
         inputs = [call.buffers[p.index] for p in buffers if not p.writable]
         outputs = [(p.index, call.buffers[p.index]) for p in buffers if p.writable]
         fills = {o.fill for _, o in outputs if isinstance(o, Fresh)}
-        arrays = [to_mx(b.array, b.dtype) for b in inputs]  # type: ignore[union-attr]
-        mx.eval(arrays)  # conversions done here, not in a timed dispatch
         arguments = dict(
-            inputs=arrays,
+            inputs=[to_mx(b.array, b.dtype) for b in inputs],  # type: ignore[union-attr]
             output_shapes=[o.shape for _, o in outputs],  # type: ignore[union-attr]
             output_dtypes=[o.dtype for _, o in outputs],  # type: ignore[union-attr]
             grid=call.geometry.grid, threadgroup=call.geometry.threadgroup,
@@ -186,13 +189,13 @@ class MetalBackend:
             padded = np.zeros(max(flat_bytes.size, 8), dtype=np.uint8)
             padded[: flat_bytes.size] = flat_bytes
             carriers[p.name] = mx.array(padded)
-        mx.eval(list(carriers.values()))
         inputs = [(p, carriers[aliases.get(p.name, p.name)]) for p in bound.values()]
         arguments = dict(inputs=list(carriers.values()), output_shapes=[(1,)],
                          output_dtypes=[mx.float32], grid=call.geometry.grid,
                          threadgroup=call.geometry.threadgroup)
 
-        def finish(_: list[mx.array]) -> Completion:
+        def finish(results: list[mx.array]) -> Completion:
+            mx.eval(results)
             # The kernel wrote into its inputs' memory: copy the writable ones back.
             written = {}
             for p, arr in inputs:
