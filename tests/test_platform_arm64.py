@@ -111,8 +111,8 @@ def test_faults_and_exit_are_caught_on_arm64(arm64, recorder, kind) -> None:
                                  header=HEADER)
     recorder.calls.clear()
     with pytest.raises(mtwork.KernelFault):
-        kernel(inputs=[mx.zeros((1,))], grid=(64, 1, 1), threadgroup=(64, 1, 1),
-               output_shapes=[(64,)], output_dtypes=[mx.float32], backend="recorded")
+        mx.eval(kernel(inputs=[mx.zeros((1,))], grid=(64, 1, 1), threadgroup=(64, 1, 1),
+                       output_shapes=[(64,)], output_dtypes=[mx.float32], backend="recorded"))
     call = recorder.calls[0]
     [variant] = [v for v in foreign.variants(call.program, LINUX_ARM64) if v.engine == "fibers"]
     folder = arm64 / f"fault-{kind.replace(' ', '_')}"

@@ -24,9 +24,9 @@ def _fault_isolation() -> str:
     # 4, 16 or 64 KiB.
     wild = metal_kernel("selftest_far_past", ["a"], ["out"],
                         "for (uint j = 0; j < 65536; ++j) out[j] = a[0];")
-    try:
-        wild(inputs=[mx.ones((1,))], grid=(1, 1, 1), threadgroup=(1, 1, 1),
-             output_shapes=[(_N,)], output_dtypes=[mx.float32], backend="sim")
+    try:  # evaluated here: a call is an operation of MLX's graph, run when evaluated
+        mx.eval(wild(inputs=[mx.ones((1,))], grid=(1, 1, 1), threadgroup=(1, 1, 1),
+                     output_shapes=[(_N,)], output_dtypes=[mx.float32], backend="sim"))
     except KernelFault as fault:
         if "invalid memory access" not in fault.detail:
             raise AssertionError(f"a fault, but not named a memory access: "
