@@ -16,6 +16,8 @@ place with its reason (the emulator runtime's own are in
   memory.
 - **Unix socket paths** (`socket_dir`): at most 104 bytes on macOS (108 on Linux), and
   macOS's per-user temporary folder takes half of that.
+- **Native libraries** (`shared_library`, `extension_link_flags`): their file names, and
+  how a Python extension links (mtwork's MLX extension, `graph/build.py`).
 - **Process start**: the same everywhere by design. The worker that runs kernels is a new
   interpreter (`subprocess`), never a fork: macOS starts processes by spawning, and a
   fork of a process that has used Metal is not safe there.
@@ -34,7 +36,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 __all__ = ["HOST", "MACOS_ARM64", "MACOS_X86_64", "LINUX_ARM64", "PAGE_SIZE", "Target",
-           "available_memory", "describe", "shared_memory_file", "socket_dir"]
+           "available_memory", "describe", "extension_link_flags", "shared_library",
+           "shared_memory_file", "socket_dir"]
 
 PAGE_SIZE = mmap.PAGESIZE
 
@@ -180,6 +183,23 @@ def available_memory() -> float:
         return float(os.sysconf(pages) * os.sysconf("SC_PAGE_SIZE"))
     except (ValueError, OSError, AttributeError):
         return math.inf
+
+
+# --- native libraries and extensions ------------------------------------------------------
+
+
+def shared_library(stem: str) -> str:
+    """The file name of shared library `stem` (``libmlx.dylib`` on macOS, ``.so`` else)."""
+    return f"lib{stem}.dylib" if sys.platform == "darwin" else f"lib{stem}.so"
+
+
+def extension_link_flags() -> list[str]:
+    """What a Python extension's link needs besides the libraries it names: on macOS,
+    Python's symbols bound when it loads (Mach-O refuses them undefined otherwise) and
+    macOS 14 as the oldest system, as MLX's headers and wheels target."""
+    if sys.platform == "darwin":
+        return ["-Wl,-undefined,dynamic_lookup", "-mmacosx-version-min=14.0"]
+    return []
 
 
 # --- Unix sockets -----------------------------------------------------------------------------

@@ -50,6 +50,15 @@ def _steps() -> list[dict]:
     return [step for job in workflow()["jobs"].values() for step in job["steps"]]
 
 
+def test_every_pytest_option_is_the_plugins() -> None:
+    options = {word for step in _steps() for word in step.get("run", "").split()
+               if word.startswith("--mtwork")}
+    assert options == {"--mtwork", "--mtwork-sanitize"}
+    plugin = (ROOT / "mtwork" / "pytest_plugin.py").read_text()
+    for option in options:
+        assert f'"{option}"' in plugin, option
+
+
 def test_every_mtwork_command_parses() -> None:
     commands = [shlex.split(line) for step in _steps() if "run" in step
                 for line in step["run"].splitlines() if line.startswith("mtwork ")]
@@ -74,7 +83,7 @@ def test_the_jobs_run_where_they_say() -> None:
     runs = {name: " ".join(s.get("run", "") for s in job["steps"]) for name, job in
             jobs.items()}
     assert "mtwork selftest" in runs["macos"] and "--backend metal" in runs["macos"]
-    assert "MTWORK_SANITIZE" in str(jobs["linux"]) and "--backend sim" in runs["linux"]
+    assert "--mtwork-sanitize" in runs["linux"] and "--backend sim" in runs["linux"]
 
 
 def test_the_page_shows_the_file_as_it_is() -> None:

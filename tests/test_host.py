@@ -76,6 +76,12 @@ def test_the_arena_layout_holds_on_both_page_sizes(page) -> None:
     assert all(b - a >= 2 * page for a, b in zip(guards, guards[1:]))
 
 
+def test_native_library_names_and_extension_flags_follow_the_system() -> None:
+    darwin = sys.platform == "darwin"
+    assert host.shared_library("mlx") == ("libmlx.dylib" if darwin else "libmlx.so")
+    assert ("-Wl,-undefined,dynamic_lookup" in host.extension_link_flags()) == darwin
+
+
 def test_memory_available_is_a_number_of_bytes() -> None:
     assert 0 < host.available_memory() <= os.sysconf("SC_PHYS_PAGES") * os.sysconf(
         "SC_PAGE_SIZE")
