@@ -91,7 +91,12 @@ constexpr bool __is_scalar_v = is_arithmetic_v<remove_cvref_t<S>>;
 #define MTW_VEC_APPLY(x, op, y) __vec_apply([](auto p, auto q) { return p op q; }, x, y)
 template <typename F, typename V>
 MTW_INLINE V __vec_apply(F f, V x, V y) {
-  if constexpr (is_same_v<remove_cvref_t<decltype(x[0])>, __bf16>) {
+#ifdef MTW_PROFILE
+  constexpr bool bfloat = false;  // profiled builds count clang's bfloat operations
+#else
+  constexpr bool bfloat = is_same_v<remove_cvref_t<decltype(x[0])>, __bf16>;
+#endif
+  if constexpr (bfloat) {
     constexpr int n = __builtin_vectorelements(V);
     typedef float wide __attribute__((ext_vector_type(n)));
     return __mtw_round_bf16<n>(f(__builtin_convertvector(x, wide),
