@@ -179,3 +179,18 @@ def test_compare_times_every_variant_the_same_way(log) -> None:
     mixed = compare({"a": a, "two": lambda: [a(backend="metal"), b(backend="metal")]},
                     rounds=1, warmup=0, gpu=False, timer=_clock(log))
     assert mixed.clock.method == batched.WHOLE_CALL and not mixed.launch_times
+
+
+def test_a_sweep_on_metal_says_its_times_are_per_dispatch(log) -> None:
+    kernel = mtwork.metal_kernel("twice", ["inp"], ["out"], SOURCE)
+    x = mx.arange(64, dtype=mx.float32)
+
+    def build(config):
+        return mtwork.Launch(kernel, grid=(64, 1, 1), threadgroup=(config["tg"], 1, 1),
+                             output_shapes=[(64,)], output_dtypes=[mx.float32])
+
+    result = mtwork.sweep(build, {"tg": [16, 32]}, inputs=[x], oracle=lambda a: 2 * np.array(a),
+                          backend="metal", rounds=2, warmup=0, progress=False, gpu=False)
+    assert [r.status for r in result.records] == ["ok", "ok"]
+    assert result.clock.method == batched.PER_DISPATCH
+    assert all(len(r.measurement.launch) == 2 for r in result.records)
