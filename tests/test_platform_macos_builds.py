@@ -12,6 +12,8 @@ subset; ``-m slow`` builds every program for both Macs."""
 
 from __future__ import annotations
 
+import functools
+
 import pytest
 
 from mtwork.backends.sim.compile import compiler
@@ -35,10 +37,12 @@ CPU = {"aarch64": macho.CPU_ARM64, "x86_64": macho.CPU_X86_64}
 RUNTIME_GIVES = ("_mtw_dispatch_start", "_mtw_threadgroup_barrier", "_mtw_simd_collective",
                  "___safestack_pointer_address", "_mtw_kernel_exit", "_mtw_kernel_quick_exit",
                  "___sanitizer_cov_load4", "_mtw_profile_block")
-# Built in the default run: a barrier, simdgroup_matrix, MLX's SIMD-group reductions,
-# a family, and llama.cpp's lockstep flash attention.
+# Built in the default run, for Apple Silicon in every variant: a barrier,
+# simdgroup_matrix, MLX's SIMD-group reductions, a family, and llama.cpp's lockstep flash
+# attention; for an Intel Mac, plain builds of two of them.
 DEFAULT = ("tree sum", "simdgroup_matrix", "MLX softmax_single_row", "flash_attention",
            "llama.cpp fa_vec_f16.metal")
+DEFAULT_X86_64 = ("tree sum", "MLX softmax_single_row")
 
 
 @pytest.fixture(scope="module")
@@ -66,11 +70,14 @@ def _mac_library(path, target: Target, runtime: macho.MachO) -> None:
     assert not missing, f"{path.name} needs symbols nothing gives on macOS: {sorted(missing)}"
 
 
+@functools.cache
+def runtime_of(target: Target) -> macho.MachO:
+    return macho.read(compiler.runtime_library(target))
+
+
 @pytest.fixture(scope="module", params=[MACOS_ARM64, MACOS_X86_64], ids=lambda t: t.name)
 def target_runtime(request) -> tuple[Target, macho.MachO]:
-    target = request.param
-    runtime = macho.read(compiler.runtime_library(target))
-    return target, runtime
+    return request.param, runtime_of(request.param)
 
 
 def test_the_runtime_links_for_macos_and_gives_what_kernels_call(target_runtime) -> None:
@@ -102,12 +109,14 @@ def _builds(program: Program, target: Target, runtime: macho.MachO, variants: tu
         _mac_library(path, target, runtime)
 
 
-@pytest.mark.parametrize("name", DEFAULT)
-def test_kernels_build_and_link_for_macos(programs, target_runtime, name) -> None:
-    target, runtime = target_runtime
+@pytest.mark.parametrize(("target", "name"),
+                         [*((MACOS_ARM64, n) for n in DEFAULT),
+                          *((MACOS_X86_64, n) for n in DEFAULT_X86_64)],
+                         ids=lambda x: x.name if isinstance(x, Target) else x)
+def test_kernels_build_and_link_for_macos(programs, target, name) -> None:
     variants = (("plain", "sanitize", "profile", "engine") if target == MACOS_ARM64
                 else ("plain",))
-    _builds(programs(name), target, runtime, variants)
+    _builds(programs(name), target, runtime_of(target), variants)
 
 
 @pytest.mark.slow
