@@ -84,6 +84,14 @@ class Assumptions:
     # ferrox (github.com/antonellof/ferrox) issue #149: an extra tiny dispatch cost 5.16 µs
     # of GPU time on an M2 Pro; an upper bound, as it includes that kernel's own work.
     launch_seconds: float = 5e-6
+    # The same issue: the 832 dispatches cost 0.50 ms of host (CPU) time, 0.61 µs each,
+    # encoded into one command buffer (`mtwork.gpu.sequence`).
+    host_seconds_per_dispatch: float = 0.61e-6
+    # A call that waits for its result pays a command buffer's round trip once:
+    # "There is immense overhead to encode kernels on the CPU in separate encoders or
+    # command buffers. This latency (~10 microseconds)" (philipturner/metal-flash-attention
+    # issue #18).
+    sync_seconds: float = 10e-6
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -110,6 +118,7 @@ class Occupancy:
     alu_issue_efficiency: float  # min(1, SIMD-groups × ilp_gain(ilp) / 24)
     loads_in_flight: float  # per SIMD-group: Counters.loads_in_flight, else the assumption
     loads_measured: bool  # whether loads_in_flight is the counters' measure
+    registers: int = 0  # per thread, as occupancy takes them (`registers_used`); 0 unknown
 
 
 @dataclass(frozen=True)
@@ -138,7 +147,8 @@ class Estimate:
     def _occupancy_text(self) -> str:
         o = self.occupancy
         return (f"occupancy: {o.threadgroups_per_core} threadgroup(s), "
-                f"{o.simdgroups_per_core} SIMD-groups per core, limited by {o.limited_by}; "
+                f"{o.simdgroups_per_core} SIMD-groups per core, limited by {o.limited_by}"
+                f"{f' ({o.registers} registers a thread)' if o.registers else ''}; "
                 f"issue efficiency {percent_text(o.alu_issue_efficiency)} ALU at ILP "
                 f"{o.ilp:.2f}, {percent_text(o.issue_efficiency)} matrix; "
                 f"SIMD efficiency {percent_text(o.simd_efficiency)}; {o.loads_in_flight:.3g} "
@@ -253,8 +263,9 @@ def occupancy(counters: Counters, chip: Chip,
     if counters.threadgroup_memory:
         limits["threadgroup memory"] = (chip.threadgroup_memory_per_core
                                         // counters.threadgroup_memory)
-    if counters.registers:
-        limits["registers"] = chip.register_file_per_core // (lanes * counters.registers * 4)
+    registers = registers_used(counters, chip)
+    if registers:
+        limits["registers"] = chip.register_file_per_core // (lanes * registers * 4)
     per_dispatch = math.ceil(counters.threadgroups / counters.dispatches)
     limits["grid"] = math.ceil(per_dispatch / chip.gpu_cores)
     limited_by = min(limits, key=lambda k: limits[k])
@@ -266,7 +277,18 @@ def occupancy(counters: Counters, chip: Chip,
                      counters.ilp,
                      min(1.0, simdgroups * ilp_gain(counters.ilp) / SIMDGROUPS_FOR_FULL_ISSUE),
                      measured or (assumptions or Assumptions()).loads_in_flight,
-                     measured is not None)
+                     measured is not None, registers)
+
+
+def registers_used(counters: Counters, chip: Chip) -> int:
+    """The registers a thread of the dispatch is taken to hold: the counters' estimate,
+    at most what a thread can have (128) and what lets a whole threadgroup be resident
+    (the register file over its threads). Metal runs any threadgroup its pipeline allows,
+    so a larger estimate means Apple's compiler allocated fewer (or spilled), not that
+    the dispatch fails; 0: unknown."""
+    lanes = counters.simdgroups_per_threadgroup * SIMD_WIDTH
+    fits = chip.register_file_per_core // (lanes * 4)
+    return min(counters.registers, chip.max_registers_per_thread, fits)
 
 
 def ilp_gain(ilp: float) -> float:
@@ -279,22 +301,15 @@ def ilp_gain(ilp: float) -> float:
 
 
 def _check_fits(c: Counters, chip: Chip) -> None:
-    """The dispatch must be one Metal could launch on `chip`."""
+    """The dispatch must be one Metal could launch on `chip`. The register count is an
+    estimate, never a reason to refuse: Metal runs what its compiler fits
+    (`registers_used`)."""
     if c.threads_per_threadgroup > chip.max_threads_per_threadgroup:
         raise ValueError(f"`{c.kernel}`: threads_per_threadgroup={c.threads_per_threadgroup} "
                          f"exceeds {chip.max_threads_per_threadgroup} on {chip.label}")
     if c.threadgroup_memory > chip.threadgroup_memory_per_threadgroup:
         raise ValueError(f"`{c.kernel}`: threadgroup_memory={c.threadgroup_memory} bytes "
                          f"exceeds {chip.threadgroup_memory_per_threadgroup} on {chip.label}")
-    if c.registers > chip.max_registers_per_thread:
-        raise ValueError(f"`{c.kernel}`: registers={c.registers} exceeds "
-                         f"{chip.max_registers_per_thread} 32-bit registers per thread")
-    need = c.simdgroups_per_threadgroup * SIMD_WIDTH * c.registers * 4
-    if need > chip.register_file_per_core:
-        raise ValueError(f"`{c.kernel}`: {c.threads_per_threadgroup} threads × "
-                         f"{c.registers} registers need {bytes_text(need)}, more than the "
-                         f"{bytes_text(chip.register_file_per_core)} register file of a "
-                         "core; Metal would lower maxTotalThreadsPerThreadgroup")
     if chip.line_bytes % c.line_bytes or c.line_bytes % chip.l1_bytes_per_core_cycle:
         raise ValueError(f"`{c.kernel}`: counted in {c.line_bytes}-byte granules; "
                          f"{chip.label} needs its {chip.line_bytes}-byte lines or a part of "
