@@ -1,0 +1,54 @@
+"""The validation set: every pair, its published figures and where they were published.
+
+Figures are copied as published (ms per token, ms per call, speed-ups); the sources of
+both sides are fetched from their packages when a pair is modelled (`published`).
+"""
+
+from __future__ import annotations
+
+from functools import partial
+
+from . import llama
+from .pairs import Pair, Published, Side
+
+MS = 1e-3
+LLAMA_7B = {"embd": 4096, "ff": 11008, "layers": 32}
+LLAMA_13B = {"embd": 5120, "ff": 13824, "layers": 40}
+
+
+def _llama_side(version: str, quant: str, model: dict) -> Side:
+    return Side(f"llama-cpp-python {version}", f"kernel_mul_mat_{quant}_f32",
+                partial(llama.llama_token, version, quant, **model))
+
+
+def _llama_2023(name: str, url: str, says: str, quant: str, model: dict,
+                versions: tuple[str, str], ms: tuple[float, float]) -> Pair:
+    return Pair(name, "token", "M2 Max 30-core",
+                Published(url, says, ms[0] / ms[1], ms[0] * MS, ms[1] * MS),
+                _llama_side(versions[0], quant, model), _llama_side(versions[1], quant, model))
+
+
+LLAMA_PAIRS = (
+    _llama_2023("llama.cpp #2188: q4_0 mat-vec, 8 rows a threadgroup, SIMD-group sums "
+                "(13B)", "https://github.com/ggml-org/llama.cpp/pull/2188",
+                "13B Q4_0 (WizardLM 13B), M2 Max 30-core GPU: 46.97 -> 36.70 ms/tok",
+                "q4_0", LLAMA_13B, ("0.1.70", "0.1.71"), (46.97, 36.70)),
+    _llama_2023("llama.cpp #2290: faster Q4_K mat-vec (7B)",
+                "https://github.com/ggml-org/llama.cpp/pull/2290",
+                "7B Q4_K, M2 Max 30-core GPU: 23.7 -> 19.5 ms/t", "q4_K", LLAMA_7B,
+                ("0.1.73", "0.1.74"), (23.7, 19.5)),
+    _llama_2023("llama.cpp #2290: faster Q4_K mat-vec (13B)",
+                "https://github.com/ggml-org/llama.cpp/pull/2290",
+                "13B Q4_K, M2 Max 30-core GPU: 41.4 -> 31.9 ms/t", "q4_K", LLAMA_13B,
+                ("0.1.73", "0.1.74"), (41.4, 31.9)),
+    _llama_2023("llama.cpp #2294: faster Q5_K mat-vec (7B)",
+                "https://github.com/ggml-org/llama.cpp/pull/2294",
+                "Q5_K_S 7B, M2 Max 30-core GPU: 26.2 -> 22.8 ms/t", "q5_K", LLAMA_7B,
+                ("0.1.73", "0.1.74"), (26.2, 22.8)),
+    _llama_2023("llama.cpp #2294: faster Q6_K mat-vec (7B)",
+                "https://github.com/ggml-org/llama.cpp/pull/2294",
+                "Q6_K 7B, M2 Max 30-core GPU: 25.6 -> 24.6 ms/t", "q6_K", LLAMA_7B,
+                ("0.1.73", "0.1.74"), (25.6, 24.6)),
+)
+
+PAIRS: tuple[Pair, ...] = (*LLAMA_PAIRS,)
