@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from functools import partial
 
-from . import llama
+from . import llama, mlx_side
 from .pairs import Pair, Published, Side
 
 MS = 1e-3
@@ -51,4 +51,37 @@ LLAMA_PAIRS = (
                 ("0.1.73", "0.1.74"), (25.6, 24.6)),
 )
 
-PAIRS: tuple[Pair, ...] = (*LLAMA_PAIRS,)
+QMV_WIDE = "https://github.com/ml-explore/mlx/pull/3764"
+QMV_WIDE_FOLLOW_UP = "https://github.com/ml-explore/mlx/issues/3839"
+
+
+def _qmv_side(version: str, m: int, n: int, k: int, bits: int, wide: bool) -> Side:
+    name = "affine_qmv_wide" if wide else ("affine_qmv_fast" if k % 512 == 0 else "affine_qmv")
+    return Side(f"mlx {version}", name,
+                lambda: [(mlx_side.qmv(version, m, n, k, bits=bits, wide=wide), 1)])
+
+
+def _qmv_wide(chip: str, m: int, bits: int, ratio: float, *, n: int = 15360, k: int = 3840,
+              url: str = QMV_WIDE, says: str = "") -> Pair:
+    says = says or (f"GPU kernel time, Gemma-4-12B MLP gate/up [15360x3840], bf16 "
+                    f"activations, int{bits}, M={m}, {chip}: {ratio}x over qmv")
+    return Pair(f"MLX #3764: qmv_wide for {m} vectors, int{bits}, {n}x{k}", "kernel", chip,
+                Published(url, says, ratio),
+                _qmv_side("0.31.2", m, n, k, bits, False),
+                _qmv_side("0.32.0", m, n, k, bits, True))
+
+
+MLX_PAIRS = (
+    _qmv_wide("M3 Ultra", 2, 4, 1.1),
+    _qmv_wide("M4 Pro", 2, 4, 1.2),
+    _qmv_wide("M5 Max", 2, 4, 1.3),
+    _qmv_wide("M4 Pro", 2, 8, 1.0),
+    _qmv_wide("M3 Ultra", 4, 4, 1.4),
+    _qmv_wide("M4 Pro", 4, 4, round(1.89 / 1.47, 3), n=24576, k=4096,
+              url=QMV_WIDE_FOLLOW_UP,
+              says="mlx 0.31.2 vs 0.32.0 wheels, M4 Pro, bf16, affine 4-bit gs=64, "
+                   "4096x24576 (mlp gate+up): m=4 costs 1.89x of m=1 on 0.31.2, 1.47x on "
+                   "0.32.0 (m=1 takes qmv on both)"),
+)
+
+PAIRS: tuple[Pair, ...] = (*LLAMA_PAIRS, *MLX_PAIRS)

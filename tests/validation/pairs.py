@@ -64,10 +64,10 @@ class Pair:
 
     def __post_init__(self) -> None:
         p = self.published
-        if p.before is not None and p.after is not None:
-            if abs(p.before / p.after - p.ratio) > 0.02 * p.ratio:
-                raise ValueError(f"{self.name}: published ratio {p.ratio} is not "
-                                 f"{p.before} / {p.after}")
+        if (p.before is not None and p.after is not None
+                and abs(p.before / p.after - p.ratio) > 0.02 * p.ratio):
+            raise ValueError(f"{self.name}: published ratio {p.ratio} is not "
+                             f"{p.before} / {p.after}")
 
 
 def per_token(tokens_per_second: float) -> float:

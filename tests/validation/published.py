@@ -55,15 +55,21 @@ def llama_cpp(version: str) -> Path:
 
 
 def mlx_include(version: str) -> Path:
-    """The ``include`` folder of the `mlx==version` macOS wheel: MLX's kernel headers at
-    ``mlx/backend/metal/kernels/``."""
-    root = _cached(f"mlx-{version}",
-                   lambda folder: _download(f"mlx=={version}", folder, *MAC_WHEEL),
-                   lambda name: name.startswith("mlx/include/mlx/backend/metal/kernels/"))
-    include = root / "mlx" / "include"
-    if not (include / "mlx" / "backend" / "metal" / "kernels").is_dir():
-        raise Unavailable(f"the mlx {version} wheel ships no Metal kernel headers")
-    return include
+    """The ``include`` folder of MLX `version`'s macOS wheel: MLX's kernel headers at
+    ``mlx/backend/metal/kernels/``. Since 0.26 they are in the `mlx-metal` wheel of the
+    same version, before in the `mlx` wheel itself."""
+    wanted = "mlx/include/mlx/backend/metal/kernels/"
+    for package in ("mlx", "mlx-metal"):
+        try:
+            root = _cached(f"{package}-{version}",
+                           lambda folder, p=package: _download(f"{p}=={version}", folder,
+                                                               *MAC_WHEEL),
+                           lambda name: name.startswith(wanted))
+        except Unavailable:
+            continue
+        return root / "mlx" / "include"
+    raise Unavailable(f"neither the mlx nor the mlx-metal {version} wheel for macOS ships "
+                      "MLX's Metal kernel headers")
 
 
 def mlx_lm_package(version: str) -> Path:

@@ -1,0 +1,93 @@
+"""MLX's kernels of a published version, from that version's macOS wheel, dispatched as
+that version's host code (ml-explore/mlx ``mlx/backend/metal/*.cpp`` at its tag) did.
+
+A `.metal` file of MLX's includes its headers and lists instantiations; the wheel ships
+only the headers (`published.mlx_include`), so `library` loads the last header with the
+ones before it as its prelude, as the `.metal` file includes them, all from the version's
+own folder (never the installed mlx's).
+"""
+
+from __future__ import annotations
+
+from functools import cache
+from typing import Any
+
+import mlx.core as mx
+import numpy as np
+
+import mtwork
+from mtwork.gpu import Counters, scaled
+
+from . import published
+
+KERNELS = "mlx/backend/metal/kernels"
+_NONE = np.zeros(1, np.int32)
+# Unbatched calls leave the batch buffers unbound (add_strides_and_shapes skipped);
+# mtwork binds every buffer the signature names, so they get placeholders.
+UNBATCHED = {"x_batch_ndims": 0, "x_shape": _NONE, "x_strides": _NONE.astype(np.int64),
+             "w_batch_ndims": 0, "w_shape": _NONE, "w_strides": _NONE.astype(np.int64),
+             "s_strides": _NONE.astype(np.int64), "b_strides": _NONE.astype(np.int64)}
+QUANTIZED = ("utils.h", "steel/gemm/gemm.h", "quantized_utils.h", "quantized.h")
+
+
+@cache
+def library(version: str, headers: tuple[str, ...]) -> mtwork.Library:
+    """The library a `.metal` file of `version` makes from `headers` (paths under the
+    kernels folder, in its include order): its include lines, resolved in the version's
+    own folder."""
+    include = published.mlx_include(version)
+    text = "".join(f'#include "{KERNELS}/{h}"\n' for h in headers)
+    name = f"mlx-{version}-" + headers[-1].rsplit("/", 1)[-1].removesuffix(".h") + ".metal"
+    return mtwork.load_metal(text, include_dirs=[include], name=name)
+
+
+@cache
+def kernel(version: str, headers: tuple[str, ...], function: str, template: Any = None,
+           constants: tuple[tuple[str | int, Any], ...] = ()) -> mtwork.Kernel:
+    k = library(version, headers).kernel(function, template=template,
+                                         constants=dict(constants) or None)
+    return k.compile()
+
+
+def quantized(rows: int, cols: int, *, bits: int = 4, group_size: int = 64,
+              dtype: mx.Dtype = mx.bfloat16, seed: int = 0) -> tuple[mx.array, ...]:
+    """`mx.quantize` of a random rows x cols matrix: (weights, scales, biases)."""
+    w = mx.array(np.random.default_rng(seed).standard_normal((rows, cols)), dtype)
+    return tuple(mx.quantize(w, group_size=group_size, bits=bits))
+
+
+def vectors(m: int, cols: int, dtype: mx.Dtype = mx.bfloat16, seed: int = 1) -> mx.array:
+    return mx.array(np.random.default_rng(seed).standard_normal((m, cols)), dtype)
+
+
+def qmv(version: str, m: int, n: int, k: int, *, bits: int = 4, group_size: int = 64,
+        dtype: mx.Dtype = mx.bfloat16, wide: bool = False, slice_rows: int = 512
+        ) -> Counters:
+    """`x @ w.T` for m vectors against an n x k affine-quantized w, unbatched, as
+    quantized.cpp dispatches it: `qmv` (grid (m, n / 8, 1) of 32 x 2 threads, the fast
+    kernel when n % 8 == 0 and k % 512 == 0) or, with `wide`, `qmv_wide` (0.32: tiles of
+    at most 5 vectors, vecs_per_tg = ceil(m / ceil(m / 5)), k_lanes 8, two SIMD-groups of
+    4 rows each: grid (ceil(m / vecs_per_tg), ceil(n / 8), 1)). Profiled on `slice_rows`
+    rows of w and scaled to n (each threadgroup's 8 rows are its own; x is shared)."""
+    if n % slice_rows or slice_rows % 8:
+        raise ValueError(f"n={n} must be a multiple of slice_rows={slice_rows}, itself of 8")
+    w, scales, biases = quantized(slice_rows, k, bits=bits, group_size=group_size,
+                                  dtype=dtype)
+    x = vectors(m, k, dtype)
+    buffers = {"w": w, "scales": scales, "biases": biases, "x": x,
+               "y": mtwork.new_buffer((m, slice_rows), dtype), "in_vec_size": k,
+               "out_vec_size": slice_rows, **UNBATCHED}
+    if wide:
+        tiles = (m + 4) // 5
+        vecs = -(-m // tiles)
+        k_ = kernel(version, QUANTIZED, "affine_qmv_wide",
+                    (dtype, group_size, bits, vecs, 8, False))
+        buffers["M"] = m
+        groups = (-(-m // vecs), slice_rows // 8, 1)
+    else:
+        fast = k % 512 == 0
+        k_ = kernel(version, QUANTIZED, "affine_qmv_fast" if fast else "affine_qmv",
+                    (dtype, group_size, bits, False))
+        groups = (m, slice_rows // 8, 1)
+    launch = k_.launch(buffers=buffers, threadgroups=groups, threads_per_threadgroup=(32, 2, 1))
+    return scaled(mtwork.profile(launch), n // slice_rows, shared=("x",))
