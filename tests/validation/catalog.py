@@ -71,7 +71,20 @@ def _qmv_wide(chip: str, m: int, bits: int, ratio: float, *, n: int = 15360, k: 
                 _qmv_side("0.32.0", m, n, k, bits, True))
 
 
+QMV_QUAD = Pair(
+    "MLX #1503: qmv_quad for a quantized KV cache (D=128)", "kernel", "M1 Max",
+    Published("https://github.com/ml-explore/mlx/pull/1503",
+              "M1 Max, queries (1, 8, 4, 1, 128) x keys (1, 8, 4, 32768, 128) quantized: "
+              "quant_matmul 2.66873 -> 0.54323 msec", 2.66873 / 0.54323, 2.66873 * MS,
+              0.54323 * MS),
+    Side("mlx 0.19.3", "qmv (batched; the kernel qmv_quad replaced for D=64, 128)",
+         lambda: [(mlx_side.qmv_kv_cache(False), 1)]),
+    Side("mlx 0.19.3", "qmv_quad<float, 64, 4, 128, batched>",
+         lambda: [(mlx_side.qmv_kv_cache(True), 1)]),
+    synchronous=True)
+
 MLX_PAIRS = (
+    QMV_QUAD,
     _qmv_wide("M3 Ultra", 2, 4, 1.1),
     _qmv_wide("M4 Pro", 2, 4, 1.2),
     _qmv_wide("M5 Max", 2, 4, 1.3),

@@ -91,3 +91,38 @@ def qmv(version: str, m: int, n: int, k: int, *, bits: int = 4, group_size: int 
         groups = (m, slice_rows // 8, 1)
     launch = k_.launch(buffers=buffers, threadgroups=groups, threads_per_threadgroup=(32, 2, 1))
     return scaled(mtwork.profile(launch), n // slice_rows, shared=("x",))
+
+
+QUANTIZED_0_19 = ("utils.h", "steel/gemm/gemm.h", "quantized.h")
+
+
+def qmv_kv_cache(quad: bool, *, heads: int = 32, keys: int = 32768, dim: int = 128,
+                 slice_keys: int = 2048, dtype: mx.Dtype = mx.float32) -> Counters:
+    """mlx 0.19.3: one query a head against a 4-bit quantized key cache,
+    quantized_matmul(q (1, 8, 4, 1, 128), k (1, 8, 4, 32768, 128), transpose=True), as
+    quantized.cpp's qmm_op dispatches it batched (w has batch dimensions): D = 128,
+    O = 32768, B = 1, N = 32 heads. `quad`: qmv_quad<T, 64, 4, D=128, batched> with grid
+    (O / 64, B, N) of 32 threads; else qmv (the kernel the specialisation replaced for
+    D = 64 and 128) with grid (O / 8, B, N) of 32 x 2 threads. Profiled on one head's
+    `slice_keys` keys and scaled to all (the query's lines are counted once a slice)."""
+    w, scales, biases = quantized(slice_keys, dim, dtype=dtype)
+    x = vectors(1, dim, dtype)
+    shape = np.array([1, 1, 1, 1, dim], np.int32)
+    buffers = {"w": w, "scales": scales, "biases": biases, "x": x,
+               "y": mtwork.new_buffer((1, slice_keys), dtype), "in_vec_size": dim,
+               "out_vec_size": slice_keys, "x_batch_ndims": 3, "x_shape": shape,
+               "x_strides": np.array([dim, dim, dim, dim, 1], np.uint64),
+               "w_batch_ndims": 3, "w_shape": np.array([1, 1, 1, slice_keys, dim // 8],
+                                                       np.int32),
+               "w_strides": np.array([slice_keys * dim // 8] * 3 + [dim // 8, 1], np.uint64),
+               "s_strides": np.array([slice_keys * dim // 64] * 3 + [dim // 64, 1], np.uint64),
+               "b_strides": np.array([slice_keys * dim // 64] * 3 + [dim // 64, 1], np.uint64)}
+    if quad:
+        k = kernel("0.19.3", QUANTIZED_0_19, "qmv_quad", (dtype, 64, 4, dim, True))
+        launch = k.launch(buffers=buffers, threadgroups=(slice_keys // 64, 1, 1),
+                          threads_per_threadgroup=(32, 1, 1))
+    else:
+        k = kernel("0.19.3", QUANTIZED_0_19, "qmv", (dtype, 64, 4, True))
+        launch = k.launch(buffers=buffers, threadgroups=(slice_keys // 8, 1, 1),
+                          threads_per_threadgroup=(32, 2, 1))
+    return scaled(mtwork.profile(launch), heads * keys // slice_keys, shared=("x",))

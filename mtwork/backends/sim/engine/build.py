@@ -108,14 +108,15 @@ def _run(args: list[str], label: str) -> str | None:
 
 
 def _compile(work: Path, tu: Translation, math_mode: str, label: str,
-             includes: list[str]) -> tuple[Path | None, str | None]:
+             include_dirs: tuple[Path, ...]) -> tuple[Path | None, str | None]:
     flags = _flags(math_mode)
     source, front, inlined, transformed = (work / n for n in (
         "kernel.cpp", "front.ll", "inlined.ll", "engine.ll"))
     source.write_text(tu.text)
-    pch = compiler.precompiled_prelude(tu, [*flags, *_FRONT_END_FLAGS])
-    result = precompiled.run_from(pch, [*flags, *_FRONT_END, *compiler.kernel_includes(),
-                                        *includes, str(source), "-o", str(front)],
+    pch = compiler.precompiled_prelude(tu, [*flags, *_FRONT_END_FLAGS], include_dirs)
+    includes = compiler.kernel_includes([arg for d in include_dirs for arg in ("-I", str(d))])
+    result = precompiled.run_from(pch, [*flags, *_FRONT_END, *includes, str(source), "-o",
+                                        str(front)],
                                   lambda args: run_clang(args, label))
     error = None if result.returncode == 0 else result.stderr[-2000:]
     if error:
@@ -148,7 +149,8 @@ def build(program: Program) -> Built:
     # and the rewrites applied to them).
     key = compiler.digest(tu.text, " ".join(_flags(program.math_mode)),
                           compiler.shim_version(), _engine_version(),
-                          str(compiler.prelude_dir()), *includes)
+                          str(compiler.prelude_dir()), *includes,
+                          *compiler.include_order(includes))
     folder = cache_dir() / "engine"
     target, refusal = folder / f"{key}.so", folder / f"{key}.refused"
     if compiler.reusable(target):
@@ -158,7 +160,7 @@ def build(program: Program) -> Built:
     folder.mkdir(parents=True, exist_ok=True)
     work = cachedir.work_dir()
     try:
-        library, reason = _compile(work, tu, program.math_mode, label, includes)
+        library, reason = _compile(work, tu, program.math_mode, label, tree.include_dirs)
         if library is None:
             note = work / "refused"
             note.write_text(reason or "")
