@@ -83,7 +83,27 @@ QMV_QUAD = Pair(
          lambda: [(mlx_side.qmv_kv_cache(True), 1)]),
     synchronous=True)
 
+FASTER_SORT = "https://github.com/ml-explore/mlx/pull/1831"
+
+
+def _sort(rows: int, size: int, pre: float, post: float) -> Pair:
+    def side(version: str) -> Side:
+        bn, tn = mlx_side.block_sort_geometry(version, size)
+        return Side(f"mlx {version}", f"block_sort<float, float, false, {bn}, {tn}>",
+                    lambda: [(mlx_side.block_sort(version, rows, size), 1)])
+
+    return Pair(f"MLX #1831: faster sort, ({rows}, {size})", "kernel", "M2 Ultra",
+                Published(FASTER_SORT, f"mx.sort of shape ({rows}, {size}), 'benchmarks "
+                          f"on M2' (the author's M2 Ultra assumed): {pre} -> {post} (ms, "
+                          "repetitions not stated: the ratio is used)", pre / post),
+                side("0.21.1"), side("0.22.1"), synchronous=True)
+
+
 MLX_PAIRS = (
+    _sort(1024, 4, 1.308, 0.457),
+    _sort(4096, 256, 4.085, 1.231),
+    _sort(1024, 1024, 1.740, 1.510),
+    _sort(4096, 1024, 5.277, 4.540),
     QMV_QUAD,
     _qmv_wide("M3 Ultra", 2, 4, 1.1),
     _qmv_wide("M4 Pro", 2, 4, 1.2),

@@ -38,7 +38,12 @@ def library(version: str, headers: tuple[str, ...]) -> mtwork.Library:
     include = published.mlx_include(version)
     text = "".join(f'#include "{KERNELS}/{h}"\n' for h in headers)
     name = f"mlx-{version}-" + headers[-1].rsplit("/", 1)[-1].removesuffix(".h") + ".metal"
-    return mtwork.load_metal(text, include_dirs=[include], name=name)
+    # Before 0.26 utils.h includes "bf16.h" from the folder of the Metal version MLX was
+    # built for (its build passes -I kernels/metal_3_1 for Metal 3.1, macOS 14: the
+    # wheel's platform).
+    versioned = include / KERNELS / "metal_3_1"
+    dirs = [include, versioned] if versioned.is_dir() else [include]
+    return mtwork.load_metal(text, include_dirs=dirs, name=name)
 
 
 @cache
@@ -126,3 +131,34 @@ def qmv_kv_cache(quad: bool, *, heads: int = 32, keys: int = 32768, dim: int = 1
         launch = k.launch(buffers=buffers, threadgroups=(slice_keys // 8, 1, 1),
                           threads_per_threadgroup=(32, 2, 1))
     return scaled(mtwork.profile(launch), heads * keys // slice_keys, shared=("x",))
+
+
+def block_sort_geometry(version: str, size: int) -> tuple[int, int]:
+    """sort.cpp's (bn, tn) for a sorted axis of `size` (gpu_merge_sort): 0.21 takes 8
+    elements a thread and bn from 128 to 512; 0.22 (#1831) takes 4 and bn from 32."""
+    tn = 8 if version < "0.22" else 4
+    floor = 128 if tn == 8 else 32
+    needed = -(-size // tn)
+    bn = next((b for b in (32, 64, 128, 256) if b >= floor and needed <= b), 512)
+    if bn * tn < size:
+        raise ValueError(f"a row of {size} needs the multi-block sort, not modelled here")
+    return bn, tn
+
+
+def block_sort(version: str, rows: int, size: int, *, slice_rows: int = 64,
+               dtype: mx.Dtype = mx.float32) -> Counters:
+    """mx.sort over the last axis of a contiguous (rows, size) array, one block a row:
+    sort.cpp's single_block_sort, block_sort<T, T, false, bn, tn> with grid (1, rows, 1)
+    of bn threads. Profiled on `slice_rows` rows (each a threadgroup of its own)."""
+    bn, tn = block_sort_geometry(version, size)
+    part = min(rows, slice_rows)
+    if rows % part:
+        raise ValueError(f"rows={rows} must be a multiple of {part}")
+    x = mx.array(np.random.default_rng(0).standard_normal((part, size)), dtype)
+    k = kernel(version, ("utils.h", "sort.h"), "block_sort", (dtype, dtype, False, bn, tn))
+    launch = k.launch(buffers={"inp": x, "out": mtwork.new_buffer(x.shape, dtype),
+                               "size_sorted_axis": size, "in_stride_sorted_axis": 1,
+                               "out_stride_sorted_axis": 1, "in_stride_segment_axis": size,
+                               "out_stride_segment_axis": size},
+                      threadgroups=(1, part, 1), threads_per_threadgroup=(bn, 1, 1))
+    return scaled(mtwork.profile(launch), rows // part)
