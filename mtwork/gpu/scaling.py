@@ -11,7 +11,7 @@ labels, not counts, and stay.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import fields, replace
 from typing import TypeVar
 
@@ -24,17 +24,22 @@ _LABELS = {"kernel", "threads_per_threadgroup", "threadgroup_memory", "registers
 Record = TypeVar("Record", LaneOps, SimdOps, BufferTraffic, SourceLine)
 
 
-def scaled(counters: Counters, copies: int, *, shared: Iterable[str] = ()) -> Counters:
+def scaled(counters: Counters, copies: int, *, shared: Iterable[str] = (),
+           distinct_lines: Mapping[str, int] | None = None) -> Counters:
     """The counts of a dispatch of `copies` copies of `counters`' threadgroups, each on
     data of its own (every count times `copies`), except `shared` buffers' distinct lines
-    (each copy reads the same ones). A remainder that is not a whole copy is profiled
-    on its own and added (`a + b`)."""
+    (each copy reads the same ones) and the buffers of `distinct_lines`, whose distinct
+    lines over the whole dispatch are known (a matrix all tiles read, each part by some
+    of them). A remainder that is not a whole copy is profiled on its own and added
+    (`a + b`)."""
     if isinstance(copies, bool) or not isinstance(copies, int) or copies < 1:
         raise ValueError(f"scaled(copies=...) must be a whole number >= 1, got {copies!r}")
     shared = set(shared)
-    unknown = shared - {b.buffer for b in counters.buffers}
+    known = dict(distinct_lines or {})
+    unknown = (shared | set(known)) - {b.buffer for b in counters.buffers}
     if unknown:
-        raise ValueError(f"scaled(shared=...): no buffer {sorted(unknown)} in `"
+        raise ValueError(f"scaled(shared=..., distinct_lines=...): no buffer "
+                         f"{sorted(unknown)} in `"
                          f"{counters.kernel}`; buffers: "
                          f"{', '.join(b.buffer for b in counters.buffers)}")
 
@@ -43,7 +48,9 @@ def scaled(counters: Counters, copies: int, *, shared: Iterable[str] = ()) -> Co
 
     out = _combine(counters, counters, times)
     buffers = tuple(replace(b, distinct_lines=orig.distinct_lines) if b.buffer in shared
-                    else b for b, orig in zip(out.buffers, counters.buffers))
+                    else replace(b, distinct_lines=min(known[b.buffer], b.transactions))
+                    if b.buffer in known else b
+                    for b, orig in zip(out.buffers, counters.buffers))
     return replace(out, buffers=buffers)
 
 

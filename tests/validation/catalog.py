@@ -99,7 +99,37 @@ def _sort(rows: int, size: int, pre: float, post: float) -> Pair:
                 side("0.21.1"), side("0.22.1"), synchronous=True)
 
 
+GEMM_UPDATE = "https://github.com/ml-explore/mlx/pull/1518"
+
+
+def _gemm_update(batch: int, m: int, n: int, k: int, nt: bool, before: float,
+                 after: float) -> Pair:
+    """#1518 restructured the steel GEMM's MMA; on an M2 Ultra float32 products of a
+    million outputs or more keep 64x64x16 tiles of 2x2 SIMD-groups on both sides (0.18.1:
+    the large-matmul branch; 0.19.3: GEMM_TPARAM_MACRO's 'd' device, "float takes
+    default")."""
+    flops = 2 * batch * m * n * k
+    t = "nt" if nt else "nn"
+
+    def side(version: str) -> Side:
+        return Side(f"mlx {version}", f"gemm<float, 64, 64, 16, 2, 2, false, {str(nt).lower()}>",
+                    lambda: [(mlx_side.steel_gemm(version, batch, m, n, k, nt=nt), 1)])
+
+    return Pair(f"MLX #1518: steel GEMM update, {batch}x{m}x{n}x{k} {t}", "kernel",
+                "M2 Ultra",
+                Published(GEMM_UPDATE, f"M2 Ultra, B={batch} M={m} N={n} K={k} float32 {t}: "
+                          f"{before} -> {after} GFLOP/s", after / before,
+                          flops / (before * 1e9), flops / (after * 1e9)),
+                side("0.18.1"), side("0.19.3"))
+
+
 MLX_PAIRS = (
+    _gemm_update(1, 1024, 4096, 11008, False, 19117.517, 19274.840),
+    _gemm_update(1, 4096, 4096, 11008, False, 19131.385, 19872.386),
+    _gemm_update(16, 1024, 1024, 1024, False, 20106.087, 20153.883),
+    _gemm_update(1, 4096, 4096, 4096, False, 20587.211, 20745.885),
+    _gemm_update(1, 1024, 4096, 11008, True, 17736.890, 18268.362),
+    _gemm_update(1, 4096, 4096, 11008, True, 17341.110, 18559.295),
     _sort(1024, 4, 1.308, 0.457),
     _sort(4096, 256, 4.085, 1.231),
     _sort(1024, 1024, 1.740, 1.510),

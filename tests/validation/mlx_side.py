@@ -162,3 +162,45 @@ def block_sort(version: str, rows: int, size: int, *, slice_rows: int = 64,
                                "out_stride_segment_axis": size},
                       threadgroups=(1, part, 1), threads_per_threadgroup=(bn, 1, 1))
     return scaled(mtwork.profile(launch), rows // part)
+
+
+GEMM_PARAMS = np.dtype(  # steel/gemm/params.h, GEMMParams with C's alignment
+    [("M", "i4"), ("N", "i4"), ("K", "i4"), ("lda", "i4"), ("ldb", "i4"), ("ldd", "i4"),
+     ("tiles_n", "i4"), ("tiles_m", "i4"), ("batch_stride_a", "i8"), ("batch_stride_b", "i8"),
+     ("batch_stride_d", "i8"), ("swizzle_log", "i4"), ("gemm_k_iterations_aligned", "i4"),
+     ("batch_ndim", "i4")], align=True)
+STEEL_FUSED = ("utils.h", "steel/gemm/gemm.h", "steel/gemm/kernels/steel_gemm_fused.h")
+
+
+def steel_gemm(version: str, batch: int, m: int, n: int, k: int, *, nt: bool = False,
+               tiles: tuple[int, int, int, int, int] = (64, 64, 16, 2, 2),
+               dtype: mx.Dtype = mx.float32, slice_tiles: int = 1) -> Counters:
+    """A (batch, m, k) @ B (k, n) (or B.T from (n, k) with `nt`), float32, through
+    matmul.cpp's steel_matmul_regular: gemm<T, bm, bn, bk, wm, wn, false, nt> with the
+    function constants it sets (aligned, no batch, no bias), grid (n / bn, m / bm, batch)
+    of 32 x wn x wm threads, swizzle 0. `tiles` is (bm, bn, bk, wm, wn), chosen by the
+    version's host code for the shape and chip. Profiled on `slice_tiles` output tiles
+    (one row of them, the full K) and scaled to all; A, B and D are read or written
+    whole, so their distinct lines are their sizes."""
+    bm, bn, bk, wm, wn = tiles
+    if m % bm or n % bn or k % bk:
+        raise ValueError(f"{m}x{n}x{k} must be whole {bm}x{bn}x{bk} tiles")
+    g = np.random.default_rng(0)
+    sm, sn = bm, bn * slice_tiles
+    a = mx.array(g.standard_normal((sm, k)), dtype)
+    b = mx.array(g.standard_normal((sn, k) if nt else (k, sn)), dtype)
+    params = np.array([(sm, sn, k, k, k if nt else sn, sn, slice_tiles, 1, 0, 0, 0, 0, k // bk,
+                        1)], GEMM_PARAMS)
+    kern = kernel(version, STEEL_FUSED, "gemm", (dtype, bm, bn, bk, wm, wn, False, nt),
+                  (("has_batch", False), ("use_out_source", False), ("do_axpby", False),
+                   ("align_M", True), ("align_N", True), ("align_K", True),
+                   ("do_gather", False)))
+    launch = kern.launch(buffers={"A": a, "B": b, "D": mtwork.new_buffer((sm, sn), dtype),
+                                  "params": params, "batch_shape": np.array([1], np.int32),
+                                  "batch_strides": np.array([0, 0], np.uint64)},
+                         threadgroups=(slice_tiles, 1, 1), threads_per_threadgroup=(32, wn, wm))
+    size = dtype.size
+    granules = {name: -(-elements * size // 64) for name, elements in
+                (("A", batch * m * k), ("B", k * n), ("D", batch * m * n))}
+    copies = batch * (m // sm) * (n // sn)
+    return scaled(mtwork.profile(launch), copies, distinct_lines=granules)
