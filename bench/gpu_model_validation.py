@@ -46,7 +46,7 @@ def cells(row: Row) -> list[str]:
     return [f"[{row.pair.name}]({p.url})", row.pair.level, row.pair.chip, row.pair.part,
             f"{row.published:.2f}x", f"{row.modelled:.2f}x",
             "right" if row.direction_right else "WRONG", f"{100 * row.ratio_error:+.0f}%",
-            f"{seconds_text(row.before.seconds)} -> {seconds_text(row.after.seconds)}",
+            f"{seconds_text(row.before_seconds)} -> {seconds_text(row.after_seconds)}",
             shown, check, row.bound_text]
 
 

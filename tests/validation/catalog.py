@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from functools import partial
 
+import mlx.core as mx
+
 from . import llama, mlx_side
 from .pairs import Pair, Published, Side
 
@@ -68,7 +70,7 @@ def _qmv_wide(chip: str, m: int, bits: int, ratio: float, *, n: int = 15360, k: 
     return Pair(f"MLX #3764: qmv_wide for {m} vectors, int{bits}, {n}x{k}", "kernel", chip,
                 Published(url, says, ratio),
                 _qmv_side("0.31.2", m, n, k, bits, False),
-                _qmv_side("0.32.0", m, n, k, bits, True))
+                _qmv_side("0.32.0", m, n, k, bits, True), timed="gpu")
 
 
 QMV_QUAD = Pair(
@@ -81,7 +83,7 @@ QMV_QUAD = Pair(
          lambda: [(mlx_side.qmv_kv_cache(False), 1)]),
     Side("mlx 0.19.3", "qmv_quad<float, 64, 4, 128, batched>",
          lambda: [(mlx_side.qmv_kv_cache(True), 1)]),
-    synchronous=True)
+    timed="call")
 
 FASTER_SORT = "https://github.com/ml-explore/mlx/pull/1831"
 
@@ -96,7 +98,7 @@ def _sort(rows: int, size: int, pre: float, post: float) -> Pair:
                 Published(FASTER_SORT, f"mx.sort of shape ({rows}, {size}), 'benchmarks "
                           f"on M2' (the author's M2 Ultra assumed): {pre} -> {post} (ms, "
                           "repetitions not stated: the ratio is used)", pre / post),
-                side("0.21.1"), side("0.22.1"), synchronous=True)
+                side("0.21.1"), side("0.22.1"), timed="call")
 
 
 GEMM_UPDATE = "https://github.com/ml-explore/mlx/pull/1518"
@@ -123,13 +125,45 @@ def _gemm_update(batch: int, m: int, n: int, k: int, nt: bool, before: float,
                 side("0.18.1"), side("0.19.3"))
 
 
+GEMV_WIDE = "https://github.com/ml-explore/mlx/pull/3888"
+# matmul.cpp 0.32.0, steel_matmul_regular's GEMM_TPARAM_MACRO for bfloat16 nt products of
+# fewer than 2^20 outputs: the 'd' (Ultra) devices take 64x32x32 tiles of 2x2 SIMD-groups,
+# the 's' (Pro, Max) ones the default 64x64x16 of 2x2; swizzle_log 2 on both.
+GEMM_TILES = {"M3 Ultra": (64, 32, 32, 2, 2), "M4 Pro": (64, 64, 16, 2, 2)}
+
+
+def _gemv_wide(chip: str, what: str, n: int, ratio: float) -> Pair:
+    m, k = 2, 2048
+    if n <= 2048:  # split-K: _tm * _tn <= 2048 (Max and Ultra 's', 'd'), K >= max(M, N)
+        before = Side("mlx 0.32.0", "gemm_splitk<bfloat, float, 16, 16, 16, 2, 2> and "
+                      "gemm_splitk_accum", lambda: mlx_side.steel_splitk("0.32.0", m, n, k))
+    else:
+        tiles = GEMM_TILES[chip]
+        before = Side("mlx 0.32.0", f"gemm<bfloat, {', '.join(map(str, tiles))}, false, true>",
+                      lambda: [(mlx_side.steel_gemm("0.32.0", 1, m, n, k, nt=True, tiles=tiles,
+                                                    dtype=mx.bfloat16, swizzle_log=2,
+                                                    slice_tiles=4096 // tiles[1] // 32), 1)])
+    after = Side("mlx 0.32.1", f"gemv_wide<bfloat, {m}, 32>",
+                 lambda: [(mlx_side.gemv_wide("0.32.1", m, n, k), 1)])
+    return Pair(f"MLX #3888: gemv_wide, {what} [{m}, {k}] x [{k}, {n}]", "kernel", chip,
+                Published(GEMV_WIDE, f"per-kernel GPU time against the stock routing, "
+                          f"uncached weights, {what} [M, 2048] x [2048, {n}], M={m}, {chip}: "
+                          f"{ratio}x", ratio),
+                before, after, timed="gpu")
+
+
 MLX_PAIRS = (
+    _gemv_wide("M3 Ultra", "in_proj", 32, 3.0),
+    _gemv_wide("M4 Pro", "in_proj", 32, 2.3),
+    _gemv_wide("M3 Ultra", "lm_head", 248320, 1.7),
+    _gemv_wide("M4 Pro", "lm_head", 248320, 2.3),
     _gemm_update(1, 1024, 4096, 11008, False, 19117.517, 19274.840),
     _gemm_update(1, 4096, 4096, 11008, False, 19131.385, 19872.386),
     _gemm_update(16, 1024, 1024, 1024, False, 20106.087, 20153.883),
     _gemm_update(1, 4096, 4096, 4096, False, 20587.211, 20745.885),
     _gemm_update(1, 1024, 4096, 11008, True, 17736.890, 18268.362),
     _gemm_update(1, 4096, 4096, 11008, True, 17341.110, 18559.295),
+    _sort(1, 160, 0.687, 0.467),
     _sort(1024, 4, 1.308, 0.457),
     _sort(4096, 256, 4.085, 1.231),
     _sort(1024, 1024, 1.740, 1.510),
@@ -139,7 +173,10 @@ MLX_PAIRS = (
     _qmv_wide("M4 Pro", 2, 4, 1.2),
     _qmv_wide("M5 Max", 2, 4, 1.3),
     _qmv_wide("M4 Pro", 2, 8, 1.0),
+    _qmv_wide("M3 Ultra", 2, 8, 1.2),
+    _qmv_wide("M5 Max", 2, 8, 1.2),
     _qmv_wide("M3 Ultra", 4, 4, 1.4),
+    _qmv_wide("M3 Ultra", 4, 8, 1.6),
     _qmv_wide("M4 Pro", 4, 4, round(1.89 / 1.47, 3), n=24576, k=4096,
               url=QMV_WIDE_FOLLOW_UP,
               says="mlx 0.31.2 vs 0.32.0 wheels, M4 Pro, bf16, affine 4-bit gs=64, "

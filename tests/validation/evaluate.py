@@ -30,12 +30,21 @@ class Row:
     after: Sequence
 
     @property
+    def before_seconds(self) -> float:
+        """The modelled time of what the before figure timed (GPU time or whole calls)."""
+        return self.before.gpu_seconds if self.pair.timed == "gpu" else self.before.seconds
+
+    @property
+    def after_seconds(self) -> float:
+        return self.after.gpu_seconds if self.pair.timed == "gpu" else self.after.seconds
+
+    @property
     def published(self) -> float:
         return self.pair.published.ratio
 
     @property
     def modelled(self) -> float:
-        return self.before.seconds / self.after.seconds
+        return self.before_seconds / self.after_seconds
 
     @property
     def direction_right(self) -> bool:
@@ -61,7 +70,7 @@ class Row:
         p = self.pair.published
         if self.pair.level != "kernel" or p.before is None or p.after is None:
             return None
-        return self.before.seconds / p.before, self.after.seconds / p.after
+        return self.before_seconds / p.before, self.after_seconds / p.after
 
     @property
     def absolute_within(self) -> bool | None:
@@ -77,8 +86,8 @@ class Row:
         p = self.pair.published
         if self.pair.level != "token":
             return None
-        fits = (p.before is None or self.before.seconds <= p.before) and (
-            p.after is None or self.after.seconds <= p.after)
+        fits = (p.before is None or self.before_seconds <= p.before) and (
+            p.after is None or self.after_seconds <= p.after)
         return fits, self.modelled >= self.published * (1 - 1e-9)
 
     @property
@@ -89,7 +98,7 @@ class Row:
 def model(pair: Pair, assumptions: Assumptions | None = None) -> Row:
     """`pair` modelled on its chip."""
     sides = [estimate_sequence(side.dispatches(), pair.chip, assumptions,
-                               synchronous=pair.synchronous)
+                               synchronous=pair.timed == "call")
              for side in (pair.before, pair.after)]
     return Row(pair, *sides)
 

@@ -12,6 +12,8 @@ A `Pair` is measured at one of two levels:
   their modelled ratio at least the published one (the rest of the token, unchanged,
   can only dilute it).
 
+Each pair says what its figures time (`timed`): the kernels' GPU time, or calls that
+encode them and wait (the model then adds its host cost per dispatch and a round trip).
 Each pair says which part of the set it is in: "fit" pairs may be used to choose the
 model's calibrated parameters, "held out" pairs never are (the cross-validation
 `validation.evaluate` reports).
@@ -26,6 +28,7 @@ from typing import Literal
 from mtwork.gpu import Counters
 
 Level = Literal["kernel", "token"]
+Timed = Literal["gpu", "call"]
 Part = Literal["fit", "held out"]
 Dispatches = list[tuple[Counters, int]]
 
@@ -60,7 +63,9 @@ class Pair:
     before: Side
     after: Side
     part: Part = "held out"
-    synchronous: bool = False  # a timed call that waits for its result each time
+    # "gpu": the figures are GPU time of the kernels; "call": calls that encode the
+    # dispatches and wait for them (host time per dispatch and a round trip added)
+    timed: Timed = "call"
 
     def __post_init__(self) -> None:
         p = self.published
