@@ -99,6 +99,21 @@ class Comparison:
         return {n: base.seconds / e.seconds for n, e in self.estimates.items()
                 if base is not None and e is not None and e.seconds > 0}
 
+    def model_verdict(self) -> str:
+        """Which variant the model expects to win on its chip, and by how much over the
+        next one; or why it cannot say (no chip, a variant not modelled)."""
+        if self.chip is None:
+            return "not modelled (gpu=False)"
+        if not self.modelled:
+            missing = "; ".join(f"{n}: {why}" for n, why in self.model_notes.items())
+            return f"the model cannot rank these on {self.chip.label}: {missing}"
+        times = {n: e.seconds for n, e in self.estimates.items() if e is not None}
+        first, second = sorted(self.names, key=times.__getitem__)[:2]
+        return (f"on {self.chip.label} the model expects {first} to win: "
+                f"{times[second] / times[first]:.2f}x faster than {second} "
+                f"({self.estimates[first].bound}-bound against "
+                f"{self.estimates[second].bound}-bound)")
+
     @property
     def model_errors(self) -> dict[str, float]:
         """Measured median / modelled time per variant: the model's error on a GPU clock."""
