@@ -23,8 +23,9 @@ work; the slowest names the bound, and the total is that plus the launch overhea
 * launch: a fixed cost per dispatch.
 
 Occupancy (threadgroups resident per core) is limited by threads, threadgroup memory and
-registers per core; ALU and matrix issue slow down below 24 resident SIMD-groups (a SIMD-
-group issues a dependent instruction every ~6 cycles). ALU issue needs fewer of them when
+registers per core; ALU issue slows down below 24 resident SIMD-groups (a SIMD-group
+issues a dependent instruction every ~6 cycles), `simdgroup_matrix` issue below 8 (two
+multiply-accumulates of ~36 cycles' latency in flight per scheduler). ALU issue needs fewer of them when
 the kernel's threads keep independent chains (`Counters.ilp`). Per-core terms use the
 busiest core's share of the threadgroups, so a partial last wave counts.
 """
@@ -65,6 +66,13 @@ FFMA_PER_MMA = 8 * 8 * 8
 # metal-benchmarks: "ALU utilization maxes out at 24 simds/core"; its FFMA32 table gives
 # 11.34 cycles per instruction at 4 SIMD-groups, 5.71 at 8 and 1.99 at 88 (ILP 1).
 SIMDGROUPS_FOR_FULL_ISSUE = 24
+# simdgroup_matrix: metal-benchmarks' "Intra-simd communication" table (M1 Max) gives
+# MATMUL<8x8xF32> a throughput of ~18 cycles and an adjusted latency of ~36 (F16: ~17 and
+# ~34): by Little's law two multiply-accumulates in flight per scheduler, eight per core of
+# four schedulers, keep the matrix pipelines full. A SIMD-group's multiply-accumulates
+# into one accumulator form a chain, so eight SIMD-groups per core reach the full rate
+# whatever their code (kernels with several accumulators need fewer; not credited).
+SIMDGROUPS_FOR_FULL_MATRIX = 8
 # With ILP k a SIMD-group counts as ILP_GAIN[k] SIMD-groups of ILP 1 towards the 24. Fitted
 # to the same FFMA32 table (M1 Max) at ILP 1-4: the slowdown at 4 and 8 SIMD-groups per
 # core against 88 at the same ILP is 5.70, 2.87 (ILP 1); 4.47, 2.27 (2); 3.30, 2.04 (3);
@@ -112,7 +120,7 @@ class Occupancy:
     threadgroups_per_core: int
     simdgroups_per_core: int
     limited_by: str  # "threads", "threadgroup memory", "registers" or "grid"
-    issue_efficiency: float  # min(1, SIMD-groups per core / 24): matrix issue
+    issue_efficiency: float  # min(1, SIMD-groups per core / 8): matrix issue
     simd_efficiency: float  # active lanes / 32
     ilp: float  # Counters.ilp
     alu_issue_efficiency: float  # min(1, SIMD-groups × ilp_gain(ilp) / 24)
@@ -273,7 +281,8 @@ def occupancy(counters: Counters, chip: Chip,
     simdgroups = resident * simds
     measured = counters.loads_in_flight
     return Occupancy(resident, simdgroups, limited_by,
-                     min(1.0, simdgroups / SIMDGROUPS_FOR_FULL_ISSUE), counters.simd_efficiency,
+                     min(1.0, simdgroups / SIMDGROUPS_FOR_FULL_MATRIX),
+                     counters.simd_efficiency,
                      counters.ilp,
                      min(1.0, simdgroups * ilp_gain(counters.ilp) / SIMDGROUPS_FOR_FULL_ISSUE),
                      measured or (assumptions or Assumptions()).loads_in_flight,
