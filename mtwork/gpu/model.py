@@ -25,9 +25,10 @@ work; the slowest names the bound, and the total is that plus the launch overhea
 Occupancy (threadgroups resident per core) is limited by threads, threadgroup memory and
 registers per core; ALU issue slows down below 24 resident SIMD-groups (a SIMD-group
 issues a dependent instruction every ~6 cycles), `simdgroup_matrix` issue below 8 (two
-multiply-accumulates of ~36 cycles' latency in flight per scheduler). ALU issue needs fewer of them when
-the kernel's threads keep independent chains (`Counters.ilp`). Per-core terms use the
-busiest core's share of the threadgroups, so a partial last wave counts.
+multiply-accumulates of ~36 cycles' latency in flight per scheduler). ALU issue needs
+fewer of them when the kernel's threads keep independent chains (`Counters.ilp`).
+Per-core terms use the busiest core's share of the threadgroups, so a partial last wave
+counts.
 """
 
 from __future__ import annotations
