@@ -43,7 +43,9 @@ def cells(row: Row) -> list[str]:
         absolute = row.absolute_within
         check = f"ratio within ±35%: {within}" + (
             "" if absolute is None else f"; times within 2x: {'yes' if absolute else 'NO'}")
-    return [f"[{row.pair.name}]({p.url})", row.pair.level, row.pair.chip, row.pair.part,
+    name = (f"[{row.pair.name}]({p.url})" if p.url.startswith("https://")
+            else f"{row.pair.name} ({p.url})")
+    return [name, row.pair.level, row.pair.chip, row.pair.part,
             f"{row.published:.2f}x", f"{row.modelled:.2f}x",
             "right" if row.direction_right else "WRONG", f"{100 * row.ratio_error:+.0f}%",
             f"{seconds_text(row.before_seconds)} -> {seconds_text(row.after_seconds)}",

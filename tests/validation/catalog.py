@@ -10,7 +10,7 @@ from functools import partial
 
 import mlx.core as mx
 
-from . import llama, mlx_side
+from . import gated_delta, llama, mlx_side
 from .pairs import Pair, Published, Side
 
 MS = 1e-3
@@ -152,6 +152,42 @@ def _gemv_wide(chip: str, what: str, n: int, ratio: float) -> Pair:
                 before, after, timed="gpu")
 
 
+PR_4409 = "https://github.com/ml-explore/mlx/pull/4409"
+SEED_002 = "seed 002, the MLX port's description"
+
+
+def _gated_delta(name: str, url: str, says: str, batch: int, steps: int, dtype: mx.Dtype,
+                 ratio: float) -> Pair:
+    """Both measured an MLX port of mlx-lm #1559's layout (unreleased) against MLX's
+    `gated_delta_seq`; the after side here is mlx-lm's own packed kernel, the layout the
+    port copies (its author's), as released."""
+    before = Side("mlx-metal 0.32.4", f"gated_delta_seq<{dtype_name(dtype)}, 128, 128, 16, 32, 1>",
+                  lambda: [(gated_delta.mlx_seq("0.32.4", batch, steps, dtype), 1)])
+    after = Side("mlx-lm 0.32.0", "gated_delta_step_packed_btree (mlx-lm #1559's layout, "
+                 "which the measured MLX port copies)",
+                 lambda: [(gated_delta.mlx_lm("0.32.0", batch, steps, dtype, True), 1)])
+    return Pair(f"{name}: gated delta, 8 value rows a SIMD-group, B={batch} T={steps} "
+                f"{dtype_name(dtype)}", "kernel", "M5 Max", Published(url, says, ratio),
+                before, after)
+
+
+def dtype_name(dtype: mx.Dtype) -> str:
+    return str(dtype).removeprefix("mlx.core.")
+
+
+GATED_DELTA_PAIRS = (
+    *(_gated_delta("MLX #4409", PR_4409, f"M5 Max, (Hk, Hv) = (16, 32), Dk = Dv = 128, "
+                   f"{label}, B={b}, T={t}, float32: {r}x (paired geometric mean; timing "
+                   "includes graph construction, dispatch, GPU execution and both outputs)",
+                   b, t, mx.float32, r)
+      for label, b, t, r in (("sequential", 1, 2048, 1.2481), ("sequential", 8, 2048, 1.8678),
+                             ("sequential", 16, 2048, 1.8877), ("default", 8, 8, 1.4144))),
+    *(_gated_delta("Seed 002", SEED_002, f"M5 Max, B={b}, T={t}: {r}x (median of paired "
+                   "rounds; dtype not stated, bfloat16 taken: #4409 measured 1.97x for "
+                   "bfloat16 at B=1, 1.25x for float32)", b, t, mx.bfloat16, r)
+      for b, t, r in ((1, 2048, 1.90), (8, 2048, 2.16), (16, 2048, 1.86), (1, 8, 1.0))),
+)
+
 MLX_PAIRS = (
     _gemv_wide("M3 Ultra", "in_proj", 32, 3.0),
     _gemv_wide("M4 Pro", "in_proj", 32, 2.3),
@@ -184,4 +220,4 @@ MLX_PAIRS = (
                    "0.32.0 (m=1 takes qmv on both)"),
 )
 
-PAIRS: tuple[Pair, ...] = (*LLAMA_PAIRS, *MLX_PAIRS)
+PAIRS: tuple[Pair, ...] = (*LLAMA_PAIRS, *MLX_PAIRS, *GATED_DELTA_PAIRS)

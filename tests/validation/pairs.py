@@ -47,7 +47,7 @@ class Published:
     """The published figures: seconds before and after (per token or per call), or only
     a speed-up (`before` / `after`) where no times were given."""
 
-    url: str
+    url: str  # where it was published (a project seed is named as such)
     says: str  # what was measured, as the source reports it
     ratio: float  # before time / after time
     before: float | None = None  # seconds
