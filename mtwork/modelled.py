@@ -69,19 +69,24 @@ def plain_counters(call: Any, inputs: Sequence[Any] = ()) -> list[Counters]:
     return [c.counters for c in completions if c.counters is not None]
 
 
-def estimate_of(built: Any, inputs: Sequence[Any], chip: Chip
+def estimate_of(built: Any, inputs: Sequence[Any], chip: Chip,
+                dispatched: Sequence[str] | None = None
                 ) -> tuple[Counters | None, Estimate | None, str | None]:
     """`built`'s counters, its estimate on `chip`, and why there is no estimate (or None).
     A profiled run that fails, a callable that dispatches no kernel or several, or a
     launch `chip` could not run leaves a reason, not an exception: the timed runs stand
-    on their own."""
+    on their own. `dispatched`: the kernels a plain call of `built` was seen to make
+    (`recording.watching_calls`), when known: a callable that made none or several is not
+    called again to find out."""
     try:
         if isinstance(built, (Launch, LibraryLaunch)):
             counters = counters_of(built, inputs)
         else:
+            if dispatched is not None and len(dispatched) != 1:
+                return None, None, _not_one_kernel(list(dispatched))
             found = plain_counters(built, inputs)
             if len(found) != 1:
-                return None, None, _not_one_kernel(found)
+                return None, None, _not_one_kernel([c.kernel for c in found])
             counters = found[0]
     except (KernelCancelled, UnknownParameterError):
         raise
@@ -92,12 +97,12 @@ def estimate_of(built: Any, inputs: Sequence[Any], chip: Chip
     return counters, estimated, reason
 
 
-def _not_one_kernel(found: list[Counters]) -> str:
-    if not found:
+def _not_one_kernel(kernels: list[str]) -> str:
+    if not kernels:
         return "not modelled: a plain callable that dispatched no mtwork kernel"
-    names = ", ".join(dict.fromkeys(c.kernel for c in found))
-    return (f"not modelled: a plain callable that dispatched {len(found)} kernels ({names}); "
-            "model them together with mtwork.gpu.estimate_sequence")
+    names = ", ".join(dict.fromkeys(kernels))
+    return (f"not modelled: a plain callable that dispatched {len(kernels)} kernels "
+            f"({names}); model them together with mtwork.gpu.estimate_sequence")
 
 
 def estimate_for(counters: Counters | None, chip: Chip | None

@@ -28,7 +28,7 @@ from typing import Protocol
 
 from ..dispatch import Completion, Dispatch, Options, Program
 from ..errors import BackendUnavailable
-from ..recording import record_profiled
+from ..recording import record
 from ..sanitizer import SanitizerError, SanitizerWarning
 
 __all__ = ["Backend", "backends", "cancel", "compile", "default_backend", "get", "hold",
@@ -196,7 +196,7 @@ def run(program: Program, call: Dispatch, *, backend: str | None = None) -> Comp
     only kept (``"report"``); the report is on the completion, and on the error as
     `.report`."""
     completion = _chosen(backend, call.options).dispatch(program, call)
-    record_profiled(completion)
+    record(program, completion)
     report = completion.sanitizer
     if report is not None and not report.ok:
         if call.options.sanitize == "raise":
