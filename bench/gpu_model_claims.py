@@ -9,7 +9,8 @@ profiled kernels run on the emulator):
 
     python bench/gpu_model_claims.py [--quick]
 
-It prints the table of docs/gpu-model.md's "Validation against published measurements".
+It prints the table of docs/records/gpu-model.md's "Validation against published
+measurements".
 """
 
 from __future__ import annotations

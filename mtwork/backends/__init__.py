@@ -31,12 +31,16 @@ from ..errors import BackendUnavailable
 from ..recording import record
 from ..sanitizer import SanitizerError, SanitizerWarning
 
-__all__ = ["Backend", "backends", "cancel", "compile", "default_backend", "get", "hold",
-           "names", "register", "resolve", "run", "unregister"]
+__all__ = ["Backend", "backends", "builds_graph", "cancel", "chosen", "compile",
+           "default_backend", "get", "hold", "names", "register", "resolve", "run",
+           "unregister"]
 
 
 class Backend(Protocol):
-    """What mtwork asks of a backend."""
+    """What mtwork asks of a backend. One whose `dispatch` of a body-form program returns
+    arrays of MLX's graph (lazy, as ``mx.fast.metal_kernel``'s) says so with a true
+    ``builds_graph`` attribute; mtwork makes the calls of every other one operations of
+    MLX's graph itself (`mtwork.graph`)."""
 
     name: str
 
@@ -151,8 +155,18 @@ def resolve(name: str | None) -> str:
     return name
 
 
+def chosen(backend: str | None, options: Options) -> str:
+    """The backend a dispatch with `options` runs on (a sanitized one on ``sim``)."""
+    return resolve("sim" if options.sanitize else backend)
+
+
 def _chosen(backend: str | None, options: Options) -> Backend:
-    return get(resolve("sim" if options.sanitize else backend))
+    return get(chosen(backend, options))
+
+
+def builds_graph(name: str) -> bool:
+    """Whether backend `name` returns body-form results as arrays of MLX's graph."""
+    return bool(getattr(get(name), "builds_graph", False))
 
 
 def compile(program: Program, *, backend: str | None = None,

@@ -4,7 +4,9 @@ counters of what a dispatch does to the GPU, and a modelled time per chip.
     import mtwork
     print(mtwork.gpu.estimate(counters, mtwork.gpu("M2 Max")))
 
-See docs/gpu-model.md for the model, its sources and what it cannot see.
+docs/gpu-model.md is the guide (how to profile and model, what to trust);
+docs/records/gpu-model.md holds the model's terms, its sources, what it cannot see and its
+validation.
 """
 
 import sys

@@ -95,9 +95,9 @@ def fault(kind: str) -> str:
     """Runs the faulting kernel; returns the exception's class name (or 'ran')."""
     arg = FAULTS[kind][2]
     try:
-        KERNEL_OF[kind](inputs=[mx.array([arg], dtype=mx.float32)], grid=(64, 1, 1),
-                        threadgroup=(64, 1, 1), output_shapes=[(64,)],
-                        output_dtypes=[mx.float32], timeout=0.05)
+        mx.eval(KERNEL_OF[kind](inputs=[mx.array([arg], dtype=mx.float32)], grid=(64, 1, 1),
+                                threadgroup=(64, 1, 1), output_shapes=[(64,)],
+                                output_dtypes=[mx.float32], timeout=0.05))
     except mtwork.KernelFault as exc:
         return type(exc).__name__
     return "ran"
@@ -139,9 +139,9 @@ def test_fault_messages_say_what_happened() -> None:
 messages = {}
 for kind in ("big frame", "far below a private array", "far above a private array", "exit"):
     try:
-        KERNEL_OF[kind](inputs=[mx.array([FAULTS[kind][2]], dtype=mx.float32)],
-                        grid=(64, 1, 1), threadgroup=(64, 1, 1), output_shapes=[(64,)],
-                        output_dtypes=[mx.float32])
+        mx.eval(KERNEL_OF[kind](inputs=[mx.array([FAULTS[kind][2]], dtype=mx.float32)],
+                                grid=(64, 1, 1), threadgroup=(64, 1, 1),
+                                output_shapes=[(64,)], output_dtypes=[mx.float32]))
     except mtwork.KernelFault as exc:
         messages[kind] = exc.detail
 print(json.dumps(messages))
@@ -193,8 +193,8 @@ a = mx.arange(9, dtype=mx.float32)[1:]  # 4 bytes past an allocation: never 16-a
 outcomes = []
 for _ in range(20):
     try:
-        past(inputs=[a], grid=(1, 1, 1), threadgroup=(1, 1, 1), output_shapes=[(8,)],
-             output_dtypes=[mx.float32])
+        mx.eval(past(inputs=[a], grid=(1, 1, 1), threadgroup=(1, 1, 1),
+                     output_shapes=[(8,)], output_dtypes=[mx.float32]))
         outcomes.append("ran")
     except mtwork.KernelFault as exc:
         outcomes.append(exc.detail.split(" at ")[0])
@@ -223,8 +223,8 @@ k = mtwork.metal_kernel("fault_and_loop", ["a"], ["out"], """
 """)
 start = time.monotonic()
 try:
-    k(inputs=[mx.zeros((1,))], grid=(64 * 32, 1, 1), threadgroup=(32, 1, 1),
-      output_shapes=[(1,)], output_dtypes=[mx.float32], timeout=60)
+    mx.eval(k(inputs=[mx.zeros((1,))], grid=(64 * 32, 1, 1), threadgroup=(32, 1, 1),
+              output_shapes=[(1,)], output_dtypes=[mx.float32], timeout=60))
     error = "ran"
 except mtwork.KernelFault as exc:
     error = type(exc).__name__ + ": " + exc.detail
@@ -246,8 +246,8 @@ k = mtwork.metal_kernel("one_spins", ["a"], ["out"], """
     out[0] = 1;
 """)
 try:
-    k(inputs=[mx.zeros((1,))], grid=(64, 1, 1), threadgroup=(64, 1, 1),
-      output_shapes=[(1,)], output_dtypes=[mx.float32], timeout=0.3)
+    mx.eval(k(inputs=[mx.zeros((1,))], grid=(64, 1, 1), threadgroup=(64, 1, 1),
+              output_shapes=[(1,)], output_dtypes=[mx.float32], timeout=0.3))
     message = "ran"
 except mtwork.KernelTimeout as exc:
     message = exc.detail

@@ -59,7 +59,8 @@ def mlx_include(version: str) -> Path:
     ``mlx/backend/metal/kernels/``. Since 0.26 they are in the `mlx-metal` wheel of the
     same version, before in the `mlx` wheel itself."""
     wanted = "mlx/include/mlx/backend/metal/kernels/"
-    for package in ("mlx", "mlx-metal"):
+    split = tuple(int(part) for part in version.split(".")[:2]) >= (0, 26)
+    for package in ("mlx-metal", "mlx") if split else ("mlx", "mlx-metal"):
         try:
             root = _cached(f"{package}-{version}",
                            lambda folder, p=package: _download(f"{p}=={version}", folder,

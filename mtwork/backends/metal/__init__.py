@@ -1,6 +1,7 @@
 """The `metal` backend: the Apple GPU, through ``mx.fast.metal_kernel``.
 
-A body-form program is handed to MLX exactly as its author wrote it. A full-source
+A body-form program is handed to MLX exactly as its author wrote it, and its outputs are
+MLX's, evaluated when MLX evaluates them. A full-source
 program is first written as a body-form kernel (`mtwork.msl.wrap`): its buffers travel
 as MLX inputs (fresh copies), and what the kernel writes is copied back afterwards.
 """
@@ -17,6 +18,7 @@ from ...buffers import allocate, numpy_view, to_mx
 from ...dispatch import BodyForm, Completion, Dispatch, Fresh, FullSource, Program
 from ...msl.includes import inline_includes
 from ...msl.wrap import MetalWrapper, input_name, wrap
+from ...native import metal_available, metal_kernel
 
 __all__ = ["MetalBackend", "wrapper"]
 
@@ -52,20 +54,19 @@ def _aliases(memory: Mapping[str, np.ndarray]) -> dict[str, str]:
 
 class MetalBackend:
     """The Apple GPU through MLX. `make_kernel` is what builds a body-form kernel
-    (``mx.fast.metal_kernel``; a test may pass ``mtwork.metal_kernel`` bound to another
-    backend, to run exactly what this backend would hand MLX)."""
+    (MLX's own ``mx.fast.metal_kernel``, not an interposed one; a test may pass
+    ``mtwork.metal_kernel`` bound to another backend, to run exactly what this backend
+    would hand MLX)."""
 
     name = "metal"
+    builds_graph = True  # mx.fast.metal_kernel's outputs are arrays of MLX's graph
 
     def __init__(self, make_kernel: Callable[..., Any] | None = None):
-        self._make_kernel = make_kernel or mx.fast.metal_kernel
+        self._make_kernel = make_kernel or metal_kernel
 
     def unavailable_reason(self) -> str | None:
-        try:
-            if mx.metal.is_available():
-                return None
-        except AttributeError:
-            pass
+        if metal_available():
+            return None
         return ("no Metal device: MLX reports mx.metal.is_available() == False "
                 "(not an Apple GPU)")
 
@@ -99,7 +100,6 @@ class MetalBackend:
             grid=call.geometry.grid, threadgroup=call.geometry.threadgroup,
             template=list(form.template) if form.template else None,
             init_value=next(iter(fills)) if fills else None)
-        mx.eval(results)
         return Completion({index: out for (index, _), out in zip(outputs, results)})
 
     def _full_source(self, program: Program, form: FullSource, call: Dispatch) -> Completion:
