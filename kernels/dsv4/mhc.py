@@ -39,7 +39,8 @@ def expand_reference(f, streams, post, comb) -> np.ndarray:
     return reference.mhc_expand(f, streams, post, comb)
 
 
-def _check(tokens: int, dim: int, dtype: mx.Dtype, per_thread: int, threads: int) -> int:
+def _checked_width(tokens: int, dim: int, dtype: mx.Dtype, per_thread: int,
+                   threads: int) -> int:
     """The threads per token (dim / per_thread), after checking the knobs."""
     common.check_dtype(dtype)
     if per_thread < 1 or dim % per_thread:
@@ -55,7 +56,7 @@ def collapse_launch(tokens: int, dim: int, dtype: mx.Dtype = mx.float32, *,
                     per_thread: int = 4, threads: int = 128) -> Launch:
     """x [tokens, dim] from streams [tokens, 4, dim] and pre [tokens, 4] float32; thread
     (i, t) writes `per_thread` consecutive features of token t."""
-    width = _check(tokens, dim, dtype, per_thread, threads)
+    width = _checked_width(tokens, dim, dtype, per_thread, threads)
     return Launch(
         common.KERNELS["mhc_collapse"].kernel(),
         grid=(width, tokens, 1), threadgroup=(min(threads, width), 1, 1),
@@ -69,7 +70,7 @@ def expand_launch(tokens: int, dim: int, dtype: mx.Dtype = mx.float32, *,
     """new streams [tokens, 4, dim] from f [tokens, dim], streams [tokens, 4, dim], post
     [tokens, 4] and comb [tokens, 4, 4] float32; thread (i, t) writes `per_thread`
     consecutive features of token t in all four streams."""
-    width = _check(tokens, dim, dtype, per_thread, threads)
+    width = _checked_width(tokens, dim, dtype, per_thread, threads)
     return Launch(
         common.KERNELS["mhc_expand"].kernel(),
         grid=(width, tokens, 1), threadgroup=(min(threads, width), 1, 1),
