@@ -143,14 +143,15 @@ def test_bitwise_comparison_sees_a_different_summation_order():
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
-def test_wy_mma_is_bitwise_equal_across_its_value_tiles_and_simdgroups(dtype):
-    # Which SIMD-group or threadgroup computes a value column changes nothing in how: the
-    # same fragments meet in the same multiply-accumulates, so the bits are the same.
+def test_wy_mma_is_bitwise_equal_across_its_value_tiles_simdgroups_and_padding(dtype):
+    # Which SIMD-group or threadgroup computes a value column, and where a tile's rows sit
+    # in threadgroup memory, change nothing in how: the same fragments meet in the same
+    # multiply-accumulates, so the bits are the same.
     inputs = fam.make_inputs(fam.Problem(2, 45, 1, 2, 64, 32), dtype, seed=9)
     reference = fam.run("wy_mma", inputs, chunk=16, value_tile=8, simdgroups=1)
-    for value_tile, simdgroups in [(16, 2), (32, 1), (32, 4)]:
+    for value_tile, simdgroups, pad in [(16, 2, 8), (32, 1, 8), (32, 4, 8), (16, 2, 0)]:
         outputs = fam.run("wy_mma", inputs, chunk=16, value_tile=value_tile,
-                          simdgroups=simdgroups)
+                          simdgroups=simdgroups, pad=pad)
         for out, ref in zip(outputs, reference):
             mtwork.assert_bitwise_equal(out, ref)
 
@@ -211,8 +212,8 @@ def test_wy_mma_constraints_follow_the_threadgroup_budget_and_the_tiles():
         config = Config({"chunk": chunk, "value_tile": value_tile, "simdgroups": simdgroups})
         return all(rule(config) for rule in rules)
 
-    assert allowed(16, 64, 8)  # 4 (4096 + 512 + 160) = 19072 bytes
-    assert not allowed(32, 64, 8)  # 4 (8192 + 2048 + 320) = 42240 bytes
+    assert allowed(16, 64, 8)  # 4 (2 16 136 + 2 16 24 + 160) = 21120 bytes
+    assert not allowed(32, 64, 8)  # 4 (2 32 136 + 2 32 40 + 320) = 46336 bytes
     assert not allowed(16, 16, 4)  # two fragments cannot go to four SIMD-groups
     assert not allowed(8, 48, 1)  # 48 does not divide Dv = 64
     with pytest.raises(ValueError, match="threadgroup memory"):
@@ -223,6 +224,8 @@ def test_wy_mma_constraints_follow_the_threadgroup_budget_and_the_tiles():
         fam.tiled.launch(problem, chunk=12)
     with pytest.raises(ValueError, match="value_tile"):
         fam.tiled.launch(problem, value_tile=12)
+    with pytest.raises(ValueError, match="pad"):
+        fam.tiled.launch(problem, pad=3)
 
 
 def test_launch_helpers_reject_shapes_the_kernels_cannot_take():

@@ -1,5 +1,6 @@
 """DeepSeek-V4 kernels: the weight formats, the MoE router, partial RoPE, the lightning
-indexer's score and top-k, the mHC Sinkhorn split and decode attention with a sink.
+indexer's score and top-k, the CSA/HCA compressor pool, the mHC Sinkhorn split, collapse
+and expand, and decode attention with a sink, dense and over a CSA gather list.
 
 * `mxfp4_dequant`: MXFP4 (e2m1 elements, one e8m0 scale per 32) to T.
 * `fp8_dequant`: e4m3 weights with a float32 scale per (BLOCK x BLOCK) tile to T.

@@ -21,8 +21,12 @@
 // (g = 1, beta = 0, q = k = v = 0), whose outputs are not written.
 //
 // Layouts as in gated_delta_seq.metal. Template: InT, StT, Dk, Dv, C (chunk: 8, 16 or 32),
-// ValueTile (a multiple of 8 dividing Dv), Simdgroups (dividing ValueTile / 8).
-// Threadgroup memory: 4 * (2 * C * Dk + 2 * C * C + 10 * C) bytes.
+// ValueTile (a multiple of 8 dividing Dv), Simdgroups (dividing ValueTile / 8), Pad (floats
+// added to each row of the threadgroup tiles: rows of Dk or C floats, a multiple of 32, put
+// the 8 rows of a fragment on the same banks; 8 more floats a row spread them out).
+// Threadgroup memory: 4 * (2 * C * (Dk + Pad) + 2 * C * (C + Pad) + 10 * C) bytes.
+constexpr int KS = Dk + Pad;                // row stride of the q and k tiles
+constexpr int CS = C + Pad;                 // row stride of the -A and M tiles
 constexpr int KF = Dk / 8;                  // fragments along the key dimension
 constexpr int CF = C / 8;                   // fragments along the chunk
 constexpr int VF = ValueTile / 8 / Simdgroups;  // value fragments per SIMD-group
@@ -46,10 +50,10 @@ const uint lane = thread_index_in_simdgroup;
 const int frow = gd_fragment_row(lane);
 const int fcol = gd_fragment_col(lane);
 
-threadgroup float q_c[C * Dk];   // the chunk's queries and keys, token-major
-threadgroup float k_c[C * Dk];
-threadgroup float na_c[C * C];   // -A[t, j] (its strictly lower part is read)
-threadgroup float m_c[C * C];    // M[t, j] (its lower part is read)
+threadgroup float q_c[C * KS];   // the chunk's queries and keys, token-major
+threadgroup float k_c[C * KS];
+threadgroup float na_c[C * CS];  // -A[t, j] (its strictly lower part is read)
+threadgroup float m_c[C * CS];   // M[t, j] (its lower part is read)
 threadgroup float inv_c[C * 8];  // T_I = (I + A_II)^-1, block I at rows 8I..8I+7
 threadgroup float g_c[C];        // prefix decays G_t
 threadgroup float beta_c[C];
@@ -79,8 +83,8 @@ for (int t0 = 0; t0 < n_tokens; t0 += C) {
   for (int e = tid; e < C * Dk; e += THREADS) {
     const int t = e / Dk;
     const int src = qk_base + (t0 + t) * Hk * Dk + e % Dk;
-    q_c[e] = t < n_valid ? float(q[src]) : 0.0f;
-    k_c[e] = t < n_valid ? float(k[src]) : 0.0f;
+    q_c[t * KS + e % Dk] = t < n_valid ? float(q[src]) : 0.0f;
+    k_c[t * KS + e % Dk] = t < n_valid ? float(k[src]) : 0.0f;
   }
   if (tid < C) {
     float prefix = 1.0f;
@@ -105,9 +109,9 @@ for (int t0 = 0; t0 < n_tokens; t0 += C) {
     simdgroup_float8x8 qk = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
     for (int kf = 0; kf < KF; ++kf) {
       simdgroup_float8x8 ki, qi, kj_t;
-      simdgroup_load(ki, k_c + 8 * bi * Dk + 8 * kf, Dk);
-      simdgroup_load(qi, q_c + 8 * bi * Dk + 8 * kf, Dk);
-      simdgroup_load(kj_t, k_c + 8 * bj * Dk + 8 * kf, Dk, ulong2(0, 0), true);
+      simdgroup_load(ki, k_c + 8 * bi * KS + 8 * kf, KS);
+      simdgroup_load(qi, q_c + 8 * bi * KS + 8 * kf, KS);
+      simdgroup_load(kj_t, k_c + 8 * bj * KS + 8 * kf, KS, ulong2(0, 0), true);
       simdgroup_multiply_accumulate(kk, ki, kj_t, kk);
       simdgroup_multiply_accumulate(qk, qi, kj_t, qk);
     }
@@ -118,8 +122,8 @@ for (int t0 = 0; t0 < n_tokens; t0 += C) {
       kk.thread_elements()[e] = j < t ? -(beta_c[t] * ratio * kk.thread_elements()[e]) : 0.0f;
       qk.thread_elements()[e] = ratio * qk.thread_elements()[e];
     }
-    simdgroup_store(kk, na_c + 8 * bi * C + 8 * bj, C);
-    simdgroup_store(qk, m_c + 8 * bi * C + 8 * bj, C);
+    simdgroup_store(kk, na_c + 8 * bi * CS + 8 * bj, CS);
+    simdgroup_store(qk, m_c + 8 * bi * CS + 8 * bj, CS);
   }
   threadgroup_barrier(mem_flags::mem_threadgroup);
 
@@ -131,7 +135,7 @@ for (int t0 = 0; t0 < n_tokens; t0 += C) {
     for (int r = 0; r < 8; ++r) {
       float acc = r == c ? 1.0f : 0.0f;
       for (int s = 0; s < r; ++s) {
-        acc += na_c[(8 * block + r) * C + 8 * block + s] * x[s];
+        acc += na_c[(8 * block + r) * CS + 8 * block + s] * x[s];
       }
       x[r] = acc;
       inv_c[(8 * block + r) * 8 + c] = acc;
@@ -150,8 +154,8 @@ for (int t0 = 0; t0 < n_tokens; t0 += C) {
       simdgroup_float8x8 qs = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
       for (int kf = 0; kf < KF; ++kf) {
         simdgroup_float8x8 ki, qi;
-        simdgroup_load(ki, k_c + 8 * bi * Dk + 8 * kf, Dk);
-        simdgroup_load(qi, q_c + 8 * bi * Dk + 8 * kf, Dk);
+        simdgroup_load(ki, k_c + 8 * bi * KS + 8 * kf, KS);
+        simdgroup_load(qi, q_c + 8 * bi * KS + 8 * kf, KS);
         simdgroup_multiply_accumulate(ks, ki, st[f][kf], ks);
         simdgroup_multiply_accumulate(qs, qi, st[f][kf], qs);
       }
@@ -167,7 +171,7 @@ for (int t0 = 0; t0 < n_tokens; t0 += C) {
       // U_I = T_I (R_I - sum_{J<I} A_IJ U_J), the sum accumulated onto R_I as (-A_IJ) U_J.
       for (int bj = 0; bj < bi; ++bj) {
         simdgroup_float8x8 na;
-        simdgroup_load(na, na_c + 8 * bi * C + 8 * bj, C);
+        simdgroup_load(na, na_c + 8 * bi * CS + 8 * bj, CS);
         simdgroup_multiply_accumulate(ks, na, u[bj], ks);
       }
       simdgroup_float8x8 inv;
@@ -176,7 +180,7 @@ for (int t0 = 0; t0 < n_tokens; t0 += C) {
       // Y_I = G * Q S_0^T + sum_{J<=I} M_IJ U_J.
       for (int bj = 0; bj <= bi; ++bj) {
         simdgroup_float8x8 m;
-        simdgroup_load(m, m_c + 8 * bi * C + 8 * bj, C);
+        simdgroup_load(m, m_c + 8 * bi * CS + 8 * bj, CS);
         simdgroup_multiply_accumulate(qs, m, u[bj], qs);
       }
       if (valid) {
@@ -192,7 +196,7 @@ for (int t0 = 0; t0 < n_tokens; t0 += C) {
       st[f][kf].thread_elements() *= g_end;
       for (int bi = 0; bi < CF; ++bi) {
         simdgroup_float8x8 k_t;
-        simdgroup_load(k_t, k_c + 8 * bi * Dk + 8 * kf, Dk, ulong2(0, 0), true);
+        simdgroup_load(k_t, k_c + 8 * bi * KS + 8 * kf, KS, ulong2(0, 0), true);
         simdgroup_multiply_accumulate(st[f][kf], k_t, u[bi], st[f][kf]);
       }
     }

@@ -28,18 +28,24 @@ SPEC = mtwork.KernelSpec(
 )
 
 
-def threadgroup_bytes(dk: int, chunk: int) -> int:
-    """q and k of a chunk, -A and M, the diagonal blocks' inverses, G and beta: float32."""
-    return 4 * (2 * chunk * dk + 2 * chunk * chunk + 10 * chunk)
+PAD = 8  # floats added to each row of the threadgroup tiles (bank conflicts)
+
+
+def threadgroup_bytes(dk: int, chunk: int, pad: int = PAD) -> int:
+    """q and k of a chunk and -A and M, rows lengthened by `pad` floats, the diagonal
+    blocks' inverses, G and beta: float32."""
+    return 4 * (2 * chunk * (dk + pad) + 2 * chunk * (chunk + pad) + 10 * chunk)
 
 
 def launch(problem: Any, dtype: mx.Dtype = mx.float32, *, chunk: int = 16,
-           value_tile: int | None = None, simdgroups: int | None = None,
+           value_tile: int | None = None, simdgroups: int | None = None, pad: int = PAD,
            state_dtype: mx.Dtype = mx.float32) -> mtwork.Launch:
     """`wy_mma` at `problem`'s shapes: grid (32 * simdgroups, Dv / value_tile, B * Hv),
     chunks of `chunk` tokens (T need not be a multiple), `value_tile` value columns per
     threadgroup (default 16, or 8 when 16 does not divide Dv) shared out in 8-column
-    fragments over `simdgroups` SIMD-groups (default: one fragment each)."""
+    fragments over `simdgroups` SIMD-groups (default: one fragment each). `pad` floats
+    lengthen each row of the threadgroup tiles (with 0, the 8 rows of a fragment, Dk or C
+    floats apart, fall on the same banks); it changes no result, bit for bit."""
     p = problem
     if value_tile is None:
         value_tile = 16 if p.dv % 16 == 0 else 8
@@ -53,16 +59,19 @@ def launch(problem: Any, dtype: mx.Dtype = mx.float32, *, chunk: int = 16,
     if simdgroups < 1 or (value_tile // 8) % simdgroups:
         raise ValueError(f"simdgroups must divide value_tile / 8 = {value_tile // 8}, "
                          f"got {simdgroups}")
-    used = threadgroup_bytes(p.dk, chunk)
+    if pad < 0 or pad % 2:
+        raise ValueError(f"pad must be an even number of floats >= 0, got {pad}")
+    used = threadgroup_bytes(p.dk, chunk, pad)
     if used > THREADGROUP_MEMORY:
-        raise ValueError(f"chunk={chunk} at Dk={p.dk} needs {used} bytes of threadgroup "
-                         f"memory, more than {THREADGROUP_MEMORY}")
+        raise ValueError(f"chunk={chunk} at Dk={p.dk} (pad {pad}) needs {used} bytes of "
+                         f"threadgroup memory, more than {THREADGROUP_MEMORY}")
     return mtwork.Launch(
         SPEC.kernel(),
         grid=(SIMD_WIDTH * simdgroups, p.dv // value_tile, p.batch * p.value_heads),
         threadgroup=(SIMD_WIDTH * simdgroups, 1, 1),
         template=[("InT", dtype), ("StT", state_dtype), ("Dk", p.dk), ("Dv", p.dv),
-                  ("C", chunk), ("ValueTile", value_tile), ("Simdgroups", simdgroups)],
+                  ("C", chunk), ("ValueTile", value_tile), ("Simdgroups", simdgroups),
+                  ("Pad", pad)],
         output_shapes=[(p.batch, p.tokens, p.value_heads, p.dv),
                        (p.batch, p.value_heads, p.dv, p.dk)],
         output_dtypes=[dtype, state_dtype],
@@ -75,8 +84,9 @@ SPACE = {"chunk": list(CHUNKS), "value_tile": [8, 16, 32, 64], "simdgroups": [1,
 def constraints(problem: Any) -> list[Any]:
     """What a `wy_mma` configuration must satisfy at `problem`'s shapes."""
     return [
-        mtwork.threadgroup_memory_under(lambda c: threadgroup_bytes(problem.dk, c["chunk"]),
-                                        THREADGROUP_MEMORY),
+        mtwork.threadgroup_memory_under(
+            lambda c: threadgroup_bytes(problem.dk, c["chunk"], c.get("pad", PAD)),
+            THREADGROUP_MEMORY),
         mtwork.divides("value_tile", problem.dv),
         lambda c: (c["value_tile"] // 8) % c["simdgroups"] == 0,
     ]
