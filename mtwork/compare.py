@@ -15,6 +15,7 @@ from .gpu.chips import Chip
 from .gpu.model import Estimate
 from .modelled import GpuChoice, chip_for, estimate_of, model_label, model_ratio
 from .oracle import DiffReport, diff
+from .recording import watching_calls
 from .timing import (
     DEFAULT_CV_THRESHOLD,
     Clock,
@@ -100,6 +101,21 @@ class Comparison:
         base = self.estimates.get(self.baseline)
         return {n: base.seconds / e.seconds for n, e in self.estimates.items()
                 if base is not None and e is not None and e.seconds > 0}
+
+    def model_verdict(self) -> str:
+        """Which variant the model expects to win on its chip, and by how much over the
+        next one; or why it cannot say (no chip, a variant not modelled)."""
+        if self.chip is None:
+            return "not modelled (gpu=False)"
+        if not self.modelled:
+            missing = "; ".join(f"{n}: {why}" for n, why in self.model_notes.items())
+            return f"the model cannot rank these on {self.chip.label}: {missing}"
+        times = {n: e.seconds for n, e in self.estimates.items() if e is not None}
+        first, second = sorted(self.names, key=times.__getitem__)[:2]
+        return (f"on {self.chip.label} the model expects {first} to win: "
+                f"{times[second] / times[first]:.2f}x faster than {second} "
+                f"({self.estimates[first].bound}-bound against "
+                f"{self.estimates[second].bound}-bound)")
 
     @property
     def model_errors(self) -> dict[str, float]:
@@ -260,8 +276,11 @@ def compare(
         raise ValueError(f"check must be None, 'bitwise' or 'close', not {check!r}")
     check_counts(warmup, rounds)
     clock = clock_for(backend)
+    watched: dict[str, list[str]] = {}
     calls = {
-        n: timed(on_backend(variants[n], clock.backend), clock, timer, setup) for n in names
+        n: _FirstWatched(n, timed(on_backend(variants[n], clock.backend), clock, timer,
+                                  setup), watched)
+        for n in names
     }
     if len({c.clock for c in calls.values()}) > 1:  # paired ratios need one clock
         calls = {n: timed(on_backend(variants[n], clock.backend), clock, timer, setup,
@@ -288,7 +307,7 @@ def compare(
         for name in order:
             times[name].append(calls[name]()[0])
     chip = chip_for(gpu)
-    estimates, notes = _modelled(variants, chip)
+    estimates, notes = _modelled(variants, chip, watched)
     return Comparison(
         clock=clock,
         baseline=baseline,
@@ -306,14 +325,34 @@ def compare(
     )
 
 
-def _modelled(variants: Mapping[str, Callable[[], Any]], chip: Chip | None
+@dataclass
+class _FirstWatched:
+    """A variant's timed call whose first run notes, in `watched`, the kernels it
+    dispatches (how a plain callable is modelled without calling it again for nothing)."""
+
+    name: str
+    call: Callable[[], tuple[float, Any]]
+    watched: dict[str, list[str]]
+
+    def __call__(self) -> tuple[float, Any]:
+        if self.name in self.watched:
+            return self.call()
+        with watching_calls() as seen:
+            result = self.call()
+        self.watched[self.name] = seen
+        return result
+
+
+def _modelled(variants: Mapping[str, Callable[[], Any]], chip: Chip | None,
+              watched: Mapping[str, list[str]]
               ) -> tuple[dict[str, Estimate | None], dict[str, str]]:
-    """Each variant profiled once and modelled on `chip`, and why one is not."""
+    """Each variant profiled once and modelled on `chip`, and why one is not (a plain
+    callable is called again only if its first call dispatched one kernel)."""
     estimates: dict[str, Estimate | None] = {}
     notes: dict[str, str] = {}
     if chip is not None:
         for name, variant in variants.items():
-            _, estimates[name], note = estimate_of(variant, (), chip)
+            _, estimates[name], note = estimate_of(variant, (), chip, watched.get(name))
             if note:
                 notes[name] = note
     return estimates, notes

@@ -29,6 +29,7 @@ from .display import bytes_text
 from .dtypes import itemsize
 from .limits import MAX_GRID_DIMENSION, MAX_THREADS_PER_THREADGROUP
 from .msl.signature import KernelSignature
+from .recording import profiling_all
 
 if TYPE_CHECKING:
     from .gpu.counters import Counters
@@ -344,6 +345,8 @@ def options(*, sanitize: Any = None, timeout: Any = None, isolate: Any = None,
         raise ValueError(f"`isolate` must be True, False or None, got {isolate!r}")
     if not isinstance(profile, bool):
         raise ValueError(f"`profile` must be True or False, got {profile!r}")
+    if profiling_all() and sanitize is None:
+        profile = True  # inside `recording.profiling_calls`
     # A profiled call leaves $MTWORK_SANITIZE aside; asked for both, it refuses.
     checked = None if profile and sanitize is None else mode(sanitize)
     if profile and checked is not None:

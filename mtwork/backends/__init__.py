@@ -29,6 +29,7 @@ from typing import Protocol
 
 from ..dispatch import Completion, Dispatch, Options, Program
 from ..errors import BackendUnavailable
+from ..recording import record
 from ..sanitizer import SanitizerError, SanitizerWarning
 
 __all__ = ["Backend", "backends", "builds_graph", "cancel", "chosen", "compile",
@@ -235,6 +236,7 @@ def run(program: Program, call: Dispatch, *, backend: str | None = None) -> Comp
         completion = picked.dispatch(program, call)
     finally:
         _recorded.depth = depth
+    record(program, completion)
     report = completion.sanitizer
     if report is not None and not report.ok:
         if call.options.sanitize == "raise":

@@ -267,7 +267,9 @@ def compile_kernel(tu: Translation, math_mode: str, kernel_label: str,
                    target: Target = HOST) -> Path:
     """Compiles a translation unit into a shared library (cached) and returns its path.
 
-    `include_dirs` are searched after the shim and MLX's headers (`-I`, in order);
+    `include_dirs` are searched after the shim and before MLX's headers (`-I`, in order),
+    as `load_metal` resolves includes: a library that ships its own copy of an MLX
+    header (another MLX version's) compiles with it;
     `sanitize` builds the instrumented variant the sanitizer mode runs; `profile` the
     profiler's, in a folder with the `instrument.Table` of its blocks (``table.json``);
     `lockstep` traces the plain build's loads and stores (both variants trace them);
@@ -281,8 +283,8 @@ def compile_kernel(tu: Translation, math_mode: str, kernel_label: str,
     # The prelude's folder is named after MLX's headers and the rewrites applied to them: a
     # change to either rebuilds (and debug info names the folder the kernel was built with).
     key = digest(tu.text, " ".join([*flags, *link, *EXITS_TO_RUNTIME]), shim_version(target),
-                 str(prelude_dir()),
-                 *user_includes, *(p.read_bytes() for p in _PROFILER_SOURCES if profile))
+                 str(prelude_dir()), *user_includes, *include_order(user_includes),
+                 *(p.read_bytes() for p in _PROFILER_SOURCES if profile))
     cached = cache_dir() / "kernels" / (f"{key}-profile" if profile else f"{key}.so")
     library = cached / "kernel.so" if profile else cached
     if reusable(cached):
@@ -291,8 +293,8 @@ def compile_kernel(tu: Translation, math_mode: str, kernel_label: str,
     try:
         cpp = work / "kernel.cpp"
         cpp.write_text(tu.text)
-        includes = [*kernel_includes(), *EXITS_TO_RUNTIME, *user_includes]
-        pch = precompiled_prelude(tu, flags, target)
+        includes = [*kernel_includes(user_includes), *EXITS_TO_RUNTIME]
+        pch = precompiled_prelude(tu, flags, include_dirs, target)
         if profile:
             built = _compile_profiled(tu, flags, includes, cpp, kernel_label, pch, target)
         else:
@@ -334,16 +336,28 @@ def kernel_flags(math_mode: str, *, sanitize: bool = False, profile: bool = Fals
             *KERNEL_DEFINES, *KERNEL_FLAGS, *variant]
 
 
-def kernel_includes() -> list[str]:
-    """Where a kernel's includes are found: the shim, then MLX's rewritten headers."""
-    return ["-isystem", str(SHIM_DIR), *METAL_PREDECLARED, "-I", str(prelude_dir())]
+def kernel_includes(user_includes: Sequence[str] = ()) -> list[str]:
+    """Where a kernel's includes are found: the shim, the author's folders (`-I` flags),
+    then MLX's rewritten headers."""
+    return ["-isystem", str(SHIM_DIR), *METAL_PREDECLARED, *user_includes,
+            "-I", str(prelude_dir())]
+
+
+def include_order(user_includes: Sequence[str]) -> tuple[str, ...]:
+    """A key part for builds with author folders: they are searched before MLX's headers
+    (builds keyed before that order was fixed are not reused)."""
+    return ("author folders before MLX's headers",) if user_includes else ()
 
 
 def precompiled_prelude(tu: Translation, flags: Sequence[str],
+                        include_dirs: Sequence[Path] = (),
                         target: Target = HOST) -> Path | None:
     """The precompiled header `tu` can start from when compiled with `flags` (which name
-    `target`)."""
+    `target`): MLX's leading headers up to the first one an author's folder has its own
+    copy of."""
     headers = precompiled.leading_headers(tu, SHIM_DIR, prelude_dir())
+    shadowed = [i for i, h in enumerate(headers) if any((d / h).exists() for d in include_dirs)]
+    headers = headers[: shadowed[0]] if shadowed else headers
     return precompiled.precompiled_header(headers, flags, kernel_includes(),
                                           shim_version(target))
 

@@ -109,15 +109,16 @@ def _run(args: list[str], label: str) -> str | None:
 
 
 def _compile(work: Path, tu: Translation, math_mode: str, label: str,
-             includes: list[str], target: Target) -> tuple[Path | None, str | None]:
+             include_dirs: tuple[Path, ...], target: Target) -> tuple[Path | None, str | None]:
     flags = _flags(math_mode, target)
     source, front, inlined, transformed = (work / n for n in (
         "kernel.cpp", "front.ll", "inlined.ll", "engine.ll"))
     source.write_text(tu.text)
-    pch = compiler.precompiled_prelude(tu, [*flags, *_FRONT_END_FLAGS], target)
-    result = precompiled.run_from(pch, [*flags, *_FRONT_END, *compiler.kernel_includes(),
-                                        *compiler.EXITS_TO_RUNTIME, *includes, str(source),
-                                        "-o", str(front)],
+    pch = compiler.precompiled_prelude(tu, [*flags, *_FRONT_END_FLAGS], include_dirs, target)
+    includes = compiler.kernel_includes([arg for d in include_dirs for arg in ("-I", str(d))])
+    result = precompiled.run_from(pch, [*flags, *_FRONT_END, *includes,
+                                        *compiler.EXITS_TO_RUNTIME, str(source), "-o",
+                                        str(front)],
                                   lambda args: run_clang(args, label))
     error = None if result.returncode == 0 else result.stderr[-2000:]
     if error:
@@ -152,7 +153,8 @@ def build(program: Program, target: Target = HOST) -> Built:
     key = compiler.digest(tu.text, " ".join([*_flags(program.math_mode, target),
                                              *compiler.EXITS_TO_RUNTIME]),
                           compiler.shim_version(target), _engine_version(),
-                          str(compiler.prelude_dir()), *includes)
+                          str(compiler.prelude_dir()), *includes,
+                          *compiler.include_order(includes))
     folder = cache_dir() / "engine"
     cached, refusal = folder / f"{key}.so", folder / f"{key}.refused"
     if compiler.reusable(cached):
@@ -162,7 +164,8 @@ def build(program: Program, target: Target = HOST) -> Built:
     folder.mkdir(parents=True, exist_ok=True)
     work = cachedir.work_dir()
     try:
-        library, reason = _compile(work, tu, program.math_mode, label, includes, target)
+        library, reason = _compile(work, tu, program.math_mode, label, tree.include_dirs,
+                                   target)
         if library is None:
             note = work / "refused"
             note.write_text(reason or "")
