@@ -20,6 +20,7 @@ from .timing import (
     DEFAULT_CV_THRESHOLD,
     Clock,
     Measurement,
+    Timed,
     Timer,
     check_counts,
     clock_for,
@@ -276,16 +277,10 @@ def compare(
         raise ValueError(f"check must be None, 'bitwise' or 'close', not {check!r}")
     check_counts(warmup, rounds)
     clock = clock_for(backend)
-    watched: dict[str, list[str]] = {}
-    calls = {
-        n: _FirstWatched(n, timed(on_backend(variants[n], clock.backend), clock, timer,
-                                  setup), watched)
-        for n in names
-    }
-    if len({c.clock for c in calls.values()}) > 1:  # paired ratios need one clock
-        calls = {n: timed(on_backend(variants[n], clock.backend), clock, timer, setup,
-                          per_dispatch=False) for n in names}
-    clock = next(iter(calls.values())).clock
+    timers, watched = _timers(variants, clock, timer, setup)
+    clock = next(iter(timers.values())).clock
+    calls = {n: timers[n] if n in watched else _FirstWatched(n, timers[n], watched)
+             for n in names}
 
     last_outputs: dict[str, Any] = {}
     for r in range(warmup):
@@ -321,8 +316,26 @@ def compare(
         chip=chip,
         estimates=estimates,
         model_notes=notes,
-        launch_times={n: tuple(c.launch[warmup:]) for n, c in calls.items() if c.launch},
+        launch_times={n: tuple(t.launch[warmup:]) for n, t in timers.items() if t.launch},
     )
+
+
+def _timers(variants: Mapping[str, Callable[[], Any]], clock: Clock, timer: Timer,
+            setup: Callable[[], Any] | None) -> tuple[dict[str, Timed], dict[str, list[str]]]:
+    """Each variant's timed call, all on one clock (per dispatch on metal only when every
+    variant can be), and the kernels the variants a per-dispatch timer called once
+    dispatched."""
+    watched: dict[str, list[str]] = {}
+    timers = {}
+    for n, variant in variants.items():
+        with watching_calls() as seen:  # a per-dispatch timer calls its variant once
+            timers[n] = timed(on_backend(variant, clock.backend), clock, timer, setup)
+        if seen:
+            watched[n] = seen
+    if len({t.clock for t in timers.values()}) > 1:  # paired ratios need one clock
+        timers = {n: timed(on_backend(v, clock.backend), clock, timer, setup,
+                           per_dispatch=False) for n, v in variants.items()}
+    return timers, watched
 
 
 @dataclass
