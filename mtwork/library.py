@@ -40,7 +40,7 @@ from .msl.rules import Violation
 from .msl.rules.kernels import kernel_return_message, non_void_kernels
 from .msl.rules.scope import constant_names
 from .msl.signature import FunctionConstant, Instantiation, KernelSignature, parse_source
-from .msl.target import DEFAULT_TARGET, Target, resolve_target
+from .msl.target import DEFAULT_MSL_TARGET, MslTarget, resolve_target
 from .msl.templates import literal, template_texts
 from .msl.types import type_info
 from .values import NewBuffer, new_buffer, scalar_bytes
@@ -145,7 +145,7 @@ class Library:
 
     def __init__(self, text: str, *, path: Path | None, label: str,
                  include_dirs: tuple[Path, ...], prelude: str, defines: Mapping[str, str],
-                 math_mode: str, backend: str | None, target: Target = DEFAULT_TARGET):
+                 math_mode: str, backend: str | None, target: MslTarget = DEFAULT_MSL_TARGET):
         self.text = text
         self.target = target
         self.path = path

@@ -10,7 +10,7 @@ import pytest
 
 import mtwork
 from mtwork.errors import MetalRuleError
-from mtwork.msl.target import DEFAULT_TARGET, MslVersion, Target, resolve_target
+from mtwork.msl.target import DEFAULT_MSL_TARGET, MslTarget, MslVersion, resolve_target
 
 PROBE = """#include <metal_stdlib>
 using namespace metal;
@@ -43,7 +43,7 @@ def test_the_version_sets_what_apples_compiler_predefines(version, expected) -> 
 def test_the_environment_sets_the_default(monkeypatch) -> None:
     monkeypatch.setenv("MTWORK_MSL_VERSION", "3.1")
     monkeypatch.setenv("MTWORK_GPU_FAMILY", "apple9")
-    assert resolve_target() == Target(MslVersion(3, 1), "apple9")
+    assert resolve_target() == MslTarget(MslVersion(3, 1), "apple9")
     kernel = mtwork.metal_kernel("env_probe", ["a"], ["out"],
                                  "out[0] = float(__METAL_VERSION__) + a[0];")
     out = kernel(inputs=[mx.zeros(1)], output_shapes=[(1,)], output_dtypes=[mx.float32],
@@ -63,9 +63,9 @@ def test_the_environment_sets_the_default(monkeypatch) -> None:
 def test_the_default_is_msl_3_2_on_apple7(monkeypatch) -> None:
     monkeypatch.delenv("MTWORK_MSL_VERSION", raising=False)
     monkeypatch.delenv("MTWORK_GPU_FAMILY", raising=False)
-    assert resolve_target() == DEFAULT_TARGET == Target(MslVersion(3, 2), "apple7")
-    assert DEFAULT_TARGET.limits.threads_per_threadgroup == 1024
-    assert DEFAULT_TARGET.limits.threadgroup_memory == 32 * 1024
+    assert resolve_target() == DEFAULT_MSL_TARGET == MslTarget(MslVersion(3, 2), "apple7")
+    assert DEFAULT_MSL_TARGET.limits.threads_per_threadgroup == 1024
+    assert DEFAULT_MSL_TARGET.limits.threadgroup_memory == 32 * 1024
 
 
 @pytest.mark.parametrize(("given", "version"), [

@@ -22,8 +22,8 @@ import re
 from dataclasses import dataclass
 from functools import total_ordering
 
-__all__ = ["DEFAULT_FAMILY", "DEFAULT_TARGET", "DEFAULT_VERSION", "FAMILIES", "FamilyLimits",
-           "MslVersion", "Target", "resolve_target"]
+__all__ = ["DEFAULT_FAMILY", "DEFAULT_MSL_TARGET", "DEFAULT_VERSION", "FAMILIES", "FamilyLimits",
+           "MslTarget", "MslVersion", "resolve_target"]
 
 
 @total_ordering
@@ -95,7 +95,7 @@ DEFAULT_FAMILY = "apple7"
 
 
 @dataclass(frozen=True)
-class Target:
+class MslTarget:
     """The language version and GPU family a kernel is checked and compiled for."""
 
     msl_version: MslVersion = DEFAULT_VERSION
@@ -119,7 +119,7 @@ class Target:
         return f"MSL {self.msl_version} on {self.gpu_family}"
 
 
-DEFAULT_TARGET = Target()
+DEFAULT_MSL_TARGET = MslTarget()
 
 
 def _family(value: object, what: str) -> str:
@@ -131,7 +131,7 @@ def _family(value: object, what: str) -> str:
     raise ValueError(f"`{what}` must be an Apple GPU family: {known}; got {value!r}")
 
 
-def resolve_target(msl_version: object = None, gpu_family: object = None) -> Target:
+def resolve_target(msl_version: object = None, gpu_family: object = None) -> MslTarget:
     """The target of a kernel: the arguments given, else $MTWORK_MSL_VERSION and
     $MTWORK_GPU_FAMILY, else MSL 3.2 on apple7."""
     if msl_version is None:
@@ -144,4 +144,4 @@ def resolve_target(msl_version: object = None, gpu_family: object = None) -> Tar
         family = _family(env, "MTWORK_GPU_FAMILY") if env else DEFAULT_FAMILY
     else:
         family = _family(gpu_family, "gpu_family")
-    return Target(version, family)
+    return MslTarget(version, family)

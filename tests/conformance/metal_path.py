@@ -16,6 +16,7 @@ import mlx.core as mx
 import numpy as np
 
 import mtwork
+from mtwork import graph
 from mtwork.backends import names, register
 from mtwork.backends.metal import MetalBackend
 from mtwork.errors import MetalRuleError
@@ -39,6 +40,10 @@ def _in_process_kernel(**arguments: Any) -> Any:
     kernel = functools.partial(mtwork.metal_kernel(**arguments, backend="sim"), isolate=False)
 
     def run(*, inputs: list[mx.array], **call: Any) -> Any:
+        if any(graph.is_tracer(a) for a in inputs):
+            # Traced (inside mx.compile): a body-form kernel, whose inputs are MLX's; the
+            # wrapper of a full-source kernel runs at evaluation, on concrete carriers.
+            return kernel(inputs=inputs, **call)
         # An input of fewer than 8 elements MLX binds in constant memory: it keeps its
         # size (and so its address space).
         roomy = [a if a.size < 8 else
@@ -46,6 +51,7 @@ def _in_process_kernel(**arguments: Any) -> Any:
                                           np.zeros(ALLOCATION_SLACK, np.uint8)]))
                  for a in inputs]
         outputs = kernel(inputs=roomy, **call)
+        mx.eval(outputs)  # the kernel writes its inputs as it runs
         for original, padded in zip(inputs, roomy):
             if padded is original:
                 continue  # in constant memory: the kernel cannot have written it

@@ -164,7 +164,7 @@ class SimBackend:
         """The library of `program` in `variant` (once per translation unit)."""
         lockstep = _needs_lockstep(program)
         tu, tree = translation_unit(program)
-        key = (tu.text, program.math_mode, variant + "+lockstep" * lockstep, program.target)
+        key = (tu.text, program.math_mode, variant + "+lockstep" * lockstep, program.msl_target)
         with self._lock:
             hit = self._compiled.get(key)
         if hit is not None:
@@ -172,7 +172,7 @@ class SimBackend:
         path = compiler.compile_kernel(tu, program.math_mode, program.label,
                                        include_dirs=tree.include_dirs, sanitize=sanitize,
                                        profile=profile, lockstep=lockstep,
-                                       target=program.target)
+                                       msl_target=program.msl_target)
         table = profiling.load_table(path) if profile else None
         compiled = _Compiled(runtime.load(path), tu, table, lockstep)
         with self._lock:
@@ -323,7 +323,7 @@ class SimBackend:
         used = runtime.dispatch(
             library, program.label, memory.table, geometry.grid, clamped,
             tg_static_bytes=memory.threadgroup_bytes,
-            tg_memory_limit=program.target.limits.threadgroup_memory,
+            tg_memory_limit=program.msl_target.limits.threadgroup_memory,
             timeout=call.options.timeout,
             barrier_free=barrier_free, sanitizing=sanitizing, lockstep=lockstep)
         if not barrier_free and sanitizing is None:

@@ -17,7 +17,7 @@ from pathlib import Path
 from ...errors import CompileError
 from ..preprocess import Preprocessed, macro_names, preprocess
 from ..signature import parse_source
-from ..target import Target
+from ..target import MslTarget
 from .code import Code, Place
 from .features import feature_violations
 from .kernels import (
@@ -42,7 +42,7 @@ def _struct_names(mask: str) -> set[str]:
 
 
 @lru_cache(maxsize=256)
-def text_violations(text: str, *, label: str, target: Target,
+def text_violations(text: str, *, label: str, target: MslTarget,
                     files: tuple[tuple[Path, str], ...] = (),
                     search_dirs: tuple[Path, ...] = (), prelude: str = "",
                     defines: tuple[tuple[str, str], ...] = (),

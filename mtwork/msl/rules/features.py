@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 
-from ..target import MslVersion, Target
+from ..target import MslTarget, MslVersion
 from .code import Code
 from .table import Violation
 
@@ -54,7 +54,7 @@ def _after(mask: str, pos: int) -> str:
     return mask[pos:pos + 40].lstrip()
 
 
-def feature_violations(code: Code, target: Target) -> Iterator[Violation]:
+def feature_violations(code: Code, target: MslTarget) -> Iterator[Violation]:
     """Every use of an excluded feature in the author's code."""
     mask, version = code.mask, target.msl_version
     for m in _WORD.finditer(mask):

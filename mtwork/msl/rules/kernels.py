@@ -12,7 +12,7 @@ from collections.abc import Iterable, Iterator, Sequence
 
 from ..declarations import ConstantDeclaration, constant_declarations, constant_index
 from ..signature import ATTRIBUTE_NAMES, Instantiation, KernelParam, KernelSignature
-from ..target import Target
+from ..target import MslTarget
 from ..types import normalise_type, strip_top_const, type_info
 from .code import Code
 from .table import Violation
@@ -63,7 +63,7 @@ def _plain(type_text: str) -> str:
     return re.sub(r"^(?:metal)?::", "", text)
 
 
-def signature_violations(kernel: KernelSignature, target: Target,
+def signature_violations(kernel: KernelSignature, target: MslTarget,
                          constants: Iterable[str] = (),
                          at: Code | None = None) -> Iterator[Violation]:
     """The rules `kernel`'s signature breaks; `constants` are the program-scope constants
@@ -93,7 +93,7 @@ def signature_violations(kernel: KernelSignature, target: Target,
                         f"kernel `{kernel.name}`: {message}", excerpt)
 
 
-def _argument(p: KernelParam, target: Target) -> list[tuple[str, str]]:
+def _argument(p: KernelParam, target: MslTarget) -> list[tuple[str, str]]:
     """What is wrong with one argument on its own."""
     attrs = [a.strip() for a in p.attribute.split(",") if a.strip()] if p.kind == \
         "unsupported" else []
@@ -133,7 +133,7 @@ def _argument(p: KernelParam, target: Target) -> list[tuple[str, str]]:
     return []
 
 
-def _indices(params: Sequence[KernelParam], target: Target) -> list[tuple[str, str]]:
+def _indices(params: Sequence[KernelParam], target: MslTarget) -> list[tuple[str, str]]:
     """Resource indices out of the argument table, or used twice in one group (arguments
     gated by a function constant may share one, section 5.2.1)."""
     out: list[tuple[str, str]] = []

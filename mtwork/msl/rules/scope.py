@@ -18,7 +18,7 @@ from typing import Literal
 
 from ..body import METAL_ATTRIBUTES
 from ..lexing import matching
-from ..target import MslVersion, Target
+from ..target import MslTarget, MslVersion
 from .code import Code
 from .table import Violation
 
@@ -232,7 +232,7 @@ def constant_names(mask: str) -> set[str]:
     return out
 
 
-def scope_violations(code: Code, target: Target) -> Iterator[Violation]:
+def scope_violations(code: Code, target: MslTarget) -> Iterator[Violation]:
     """Program-scope variables outside `constant`, constants without a value, and
     threadgroup variables outside kernel functions."""
     mask, version = code.mask, target.msl_version

@@ -106,7 +106,7 @@ def check_headers_dir() -> Path:
 
 def _flags(program: Program) -> list[str]:
     """clang's flags for the check (the same for its precompiled header)."""
-    macros = [f"-D{k}={v}" for k, v in program.target.predefined_macros().items()]
+    macros = [f"-D{k}={v}" for k, v in program.msl_target.predefined_macros().items()]
     return [*_LANGUAGE, *_DEFINES, *macros, "-isystem", str(builtin_headers()),
             "-isystem", str(SHIM_DIR)]
 

@@ -51,11 +51,11 @@ def text_rule_violations(program: Program) -> tuple[Violation, ...]:
     form = program.form
     if isinstance(form, BodyForm):
         regions = tuple((r.first, r.last, r.name, r.offset) for r in src.regions)
-        return text_violations(src.text, label=src.label, target=program.target,
+        return text_violations(src.text, label=src.label, target=program.msl_target,
                                prelude=src.prelude, defines=defines, regions=regions,
                                authored=(("source", form.source), ("header", form.header)),
                                kernels=False, every_file=_holding_every_file())
-    return text_violations(src.text, label=src.label, target=program.target, files=src.files,
+    return text_violations(src.text, label=src.label, target=program.msl_target, files=src.files,
                            search_dirs=src.search_dirs, prelude=src.prelude, defines=defines,
                            every_file=_holding_every_file())
 
