@@ -30,9 +30,9 @@ from ..dispatch import Completion, Dispatch, Options, Program
 from ..errors import BackendUnavailable
 from ..sanitizer import SanitizerError, SanitizerWarning
 
-__all__ = ["Backend", "backends", "builds_graph", "cancel", "chosen", "compile",
-           "default_backend", "get", "hold", "names", "register", "resolve", "run",
-           "unregister"]
+__all__ = ["Backend", "OutputMemory", "backends", "builds_graph", "cancel", "chosen",
+           "compile", "default_backend", "get", "hold", "names", "output_memory", "register",
+           "resolve", "run", "unregister"]
 
 
 class Backend(Protocol):
@@ -54,6 +54,20 @@ class Backend(Protocol):
 
     def idle(self) -> None:
         """No kernel object is left: let go of what runs in the background (optional)."""
+
+    def output_memory(self, call: Dispatch, sizes: list[int]) -> list[OutputMemory | None]:
+        """Memory the call would write outputs of `sizes` bytes into without a copy, for
+        outputs of MLX's graph (optional; None for an output: MLX's own memory)."""
+
+
+class OutputMemory(Protocol):
+    """Memory a backend lends for an output of MLX's graph: `capacity` bytes at
+    `address` (page-aligned), given back by `release` when MLX frees the array."""
+
+    address: int
+    capacity: int
+
+    def release(self) -> None: ...
 
 
 Factory = Callable[[], Backend]
@@ -166,6 +180,13 @@ def _chosen(backend: str | None, options: Options) -> Backend:
 def builds_graph(name: str) -> bool:
     """Whether backend `name` returns body-form results as arrays of MLX's graph."""
     return bool(getattr(get(name), "builds_graph", False))
+
+
+def output_memory(name: str, call: Dispatch, sizes: list[int]) -> list[OutputMemory | None]:
+    """Memory backend `name` lends for outputs of `sizes` bytes of `call` (see
+    `Backend.output_memory`); all None where it lends none."""
+    lend = getattr(get(name), "output_memory", None)
+    return list(lend(call, sizes)) if lend is not None else [None] * len(sizes)
 
 
 def compile(program: Program, *, backend: str | None = None,
