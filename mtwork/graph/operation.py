@@ -174,13 +174,22 @@ def give_back_freed() -> None:
         _give_back(_module)
 
 
-def operation(program: Program, call: Dispatch, backend: str, finish: Finish,
-              stream: mx.Stream | None = None) -> dict[int, mx.array]:
+def _cpu_stream(stream: object) -> mx.Stream | None:
+    """The stream an operation runs on: the call's, if it is a CPU stream (what
+    ``mx.new_stream(mx.gpu)`` makes under interposition off a Mac), else the CPU's
+    default stream (None): the emulator's work is the CPU's."""
+    if isinstance(stream, mx.Stream) and stream.device.type == mx.DeviceType.cpu:
+        return stream
+    return None
+
+
+def operation(program: Program, call: Dispatch, backend: str, finish: Finish
+              ) -> dict[int, mx.array]:
     """The buffers `call` returns, as arrays of MLX's graph, by buffer index: a bound
     ``mx.array`` is an input of the operation (and, when the kernel writes it, an output
     that starts as its bytes), a fresh buffer an output; other buffers (numpy, scalars)
     are constants of the call. `finish` hears how each evaluation ended. The operation
-    runs on `stream` (a CPU stream), else on the CPU's default stream."""
+    runs on the call's stream where that is a CPU stream, else on the CPU's default."""
     module = _extension()
     _forget_released(module)
     _give_back(module)
@@ -208,7 +217,7 @@ def operation(program: Program, call: Dispatch, backend: str, finish: Finish,
     for o in outputs:  # MLX's allocator keeps such outputs for the next call to reuse
         reuse_memory_for(math.prod(o.shape) * itemsize(o.dtype))
     made = module.apply(call_id, arrays, [list(o.shape) for o in outputs],
-                        [o.dtype for o in outputs], stream)
+                        [o.dtype for o in outputs], _cpu_stream(call.stream))
     return {o.index: array for o, array in zip(outputs, made)}
 
 
