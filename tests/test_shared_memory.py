@@ -5,6 +5,7 @@ the array, and no kernel can write into another array's memory."""
 
 from __future__ import annotations
 
+import ctypes
 import os
 import signal
 import time
@@ -148,3 +149,27 @@ def test_sanitized_reads_past_a_shared_input_are_reported_not_faults(exp_kernel)
     mx.eval(out)
     assert past.last_sanitizer_report.of_kind("out-of-bounds access")
     np.testing.assert_array_equal(np.array(out)[:-1], np.array(a)[1:])
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork here")
+def test_a_forked_child_does_not_share_the_parents_arrays(exp_kernel) -> None:
+    x = mx.array(RNG.standard_normal(N).astype(np.float32))
+    a = _call(exp_kernel, x)
+    mx.eval(a)
+    kept, address = np.array(a), _address(a)
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: no MLX here (its threads are not forked), memory only
+        try:
+            same = ctypes.string_at(address, 4 * N) == kept.tobytes()
+            ctypes.memset(address, 0, 4 * N)  # its own copy, not the parent's array
+            own = heap().find(address, 4 * N) is None and heap().allocate(4 * N) is not None
+            os.write(write, b"1" if same and own else b"0")
+        finally:
+            os._exit(0)
+    os.close(write)
+    answer = os.read(read, 1)
+    os.waitpid(pid, 0)
+    os.close(read)
+    assert answer == b"1", "the child should see the array's values and a heap of its own"
+    np.testing.assert_array_equal(np.array(a), kept)

@@ -102,6 +102,7 @@ _libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_
 _libc.mmap.restype = ctypes.c_void_p
 _libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
 _MAP_FAILED = ctypes.c_void_p(-1).value
+_MAP_FIXED = 0x10  # the same on Linux and macOS; Python's mmap module does not name it
 _PROT_NONE, _PROT_RW = 0, mmap.PROT_READ | mmap.PROT_WRITE
 
 
@@ -154,10 +155,25 @@ class Mapping:
     def view(self, placement: Placement) -> np.ndarray:
         return placement.view(self._bytes)
 
+    def privatize(self, kept: list[tuple[int, int]]) -> None:
+        """Turns the mapping into private memory at the same address, the `kept` ranges
+        (offset, length) copied over, the rest zero; the shared file is let go."""
+        saved = [(offset, bytes(self._bytes[offset:offset + length]))
+                 for offset, length in kept]
+        address = _libc.mmap(self.address, self.size, _PROT_RW,
+                             mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | _MAP_FIXED, -1, 0)
+        if address != self.address:
+            raise OSError(ctypes.get_errno(), "making shared memory private failed")
+        for offset, data in saved:
+            ctypes.memmove(self.address + offset, data, len(data))
+        os.close(self.fd)
+        self.fd = -1
+
     def close(self) -> None:
         """Unmaps (no view of it may be used after) and closes the file."""
         _libc.munmap(self.address, self.size)
-        os.close(self.fd)
+        if self.fd >= 0:
+            os.close(self.fd)
 
 
 # A range of a segment: (segment, offset, length).

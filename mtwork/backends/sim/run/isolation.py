@@ -43,7 +43,7 @@ from ....errors import KernelCancelled, KernelFault, KernelTimeout
 from . import runtime
 from .channel import PLANS_KEPT, PROGRAMS_KEPT, ChannelClosed, receive, send
 from .placement import Placed, place
-from .shared import heap
+from .shared import SharedHeap, heap
 
 __all__ = ["Isolated", "isolate_by_default"]
 
@@ -103,7 +103,6 @@ class Isolated:
         self._lock = threading.Lock()
         self._proc: subprocess.Popen | None = None
         self._sock: socket.socket | None = None
-        self._heap = heap()
         self._sent: set[int] = set()  # the segments the worker has mapped
         self._programs = _Kept(programs_kept)
         self._plans = _Kept(plans_kept)
@@ -209,7 +208,8 @@ class Isolated:
         with self._lock:
             self._cancelled = False
             self._ensure_started()
-            request, placed, fds = self._request(program, call, timeout)
+            shared = heap()  # this process's (a forked child has its own)
+            request, placed, fds = self._request(program, call, timeout, shared)
             try:
                 send(self._sock, request, fds)  # type: ignore[arg-type]
                 self._sent |= placed.segments
@@ -231,19 +231,19 @@ class Isolated:
             except BaseException:
                 placed.release()
                 raise
-            return self._completion(reply, placed, call, as_mx=isinstance(program.form,
-                                                                          BodyForm))
+            return self._completion(reply, placed, call, shared,
+                                    as_mx=isinstance(program.form, BodyForm))
 
-    def _request(self, program: Program, call: Dispatch, timeout: float
+    def _request(self, program: Program, call: Dispatch, timeout: float, shared: SharedHeap
                  ) -> tuple[tuple, Placed, list[int]]:
         """The message for the worker, with every buffer placed in shared memory
         (`placement.place`), and the file descriptors of the segments the worker has not
         mapped yet. A call like an earlier one (same geometry, options, buffers and
         placements) reuses its plan."""
-        placed = place(self._heap, call)
+        placed = place(shared, call)
         try:
             new = sorted(placed.segments - self._sent)
-            fds = [self._heap.segment(s).mapping.fd for s in new]
+            fds = [shared.segment(s).mapping.fd for s in new]
             # The plan does not depend on the kernel: calls of several kernels share it.
             plan = (call.geometry, call.options, timeout,
                     tuple(sorted(call.threadgroup_memory.items())), placed.opened,
@@ -258,7 +258,7 @@ class Isolated:
         except BaseException:
             placed.release()
             raise
-        gone = self._heap.take_forgotten()
+        gone = shared.take_forgotten()
         self._sent -= set(gone)
         request = (token, program if new_program else None, plan_id,
                    plan if new_plan else None, tuple(forget), tuple(new), tuple(gone))
@@ -275,8 +275,8 @@ class Isolated:
         reply, _ = receive(self._sock)  # type: ignore[arg-type]
         return reply
 
-    def _completion(self, reply: Any, placed: Placed, call: Dispatch, as_mx: bool
-                    ) -> Completion:
+    def _completion(self, reply: Any, placed: Placed, call: Dispatch, shared: SharedHeap,
+                    as_mx: bool) -> Completion:
         """The written buffers, copied out of staging blocks where they were staged
         (`Placed.finish`)."""
         kind, value = reply
@@ -284,7 +284,7 @@ class Isolated:
             placed.release()
             raise value
         written, report, used, engine, why, counters = value
-        buffers = placed.finish(self._heap, written, call, as_mx)
+        buffers = placed.finish(shared, written, call, as_mx)
         return Completion(buffers, report, used, Engine(engine, why), counters)
 
 

@@ -16,7 +16,9 @@ back to the system a segment at a time, when none of a segment's blocks is in us
 
 Lifetime: a segment stays mapped in this process while any block of it is in use, so an
 array stays valid whatever happens to the worker (a new worker maps the segments it is
-sent again) and whenever the array is freed.
+sent again) and whenever the array is freed. A process forked from this one (its child)
+must not share them: the child's copies of the blocks in use become private memory of
+its own, and it starts a heap of its own (`os.register_at_fork`).
 """
 
 from __future__ import annotations
@@ -101,7 +103,6 @@ class SharedHeap:
         self._segments: dict[int, Segment] = {}
         self._bases: list[tuple[int, int]] = []  # (address, segment id), sorted
         self._free: dict[int, list[tuple[Segment, int]]] = {}  # class -> freed blocks
-        self._ids = itertools.count(1)
         self.in_use = 0  # bytes of blocks in use (capacity)
         self.peak = 0
         self.cached = 0  # bytes of freed blocks kept
@@ -143,7 +144,7 @@ class SharedHeap:
         except OSError:
             os.close(fd)
             raise
-        segment = Segment(next(self._ids), mapping, pages, slots)
+        segment = Segment(next(_segment_ids), mapping, pages, slots)
         self._segments[segment.id] = segment
         bisect.insort(self._bases, (mapping.address, segment.id))
         return segment
@@ -214,6 +215,15 @@ class SharedHeap:
             segment.mapping.close()
             self.forgotten.append(segment.id)
 
+    def privatize(self) -> None:
+        """In a forked child: the blocks in use become private copies (their arrays keep
+        their values; neither process sees the other's writes), the rest is given up."""
+        for segment in self._segments.values():
+            segment.mapping.privatize([(segment.data_offset(slot), segment.data_pages * PAGE)
+                                       for slot in segment.used])
+        self._free.clear()
+        self.cached = 0
+
     def take_forgotten(self) -> list[int]:
         """The segments unmapped since the last call (the worker unmaps them too)."""
         with self._lock:
@@ -223,6 +233,18 @@ class SharedHeap:
 
 _heap: SharedHeap | None = None
 _heap_lock = threading.Lock()
+_segment_ids = itertools.count(1)  # unique in a process and the children it forks
+
+
+def _in_forked_child() -> None:
+    global _heap
+    inherited, _heap = _heap, None
+    if inherited is not None:
+        inherited.privatize()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_in_forked_child)
 
 
 def heap() -> SharedHeap:
