@@ -18,6 +18,7 @@ import mtwork
 from mtwork import graph
 from mtwork.backends import get
 from mtwork.backends.sim.run.shared import heap
+from tests.reliability.child import run_snippet
 
 pytestmark = pytest.mark.skipif(not graph.available(),
                                 reason=f"no MLX extension: {graph.unavailable_reason()}")
@@ -173,3 +174,24 @@ def test_a_forked_child_does_not_share_the_parents_arrays(exp_kernel) -> None:
     os.close(read)
     assert answer == b"1", "the child should see the array's values and a heap of its own"
     np.testing.assert_array_equal(np.array(a), kept)
+
+
+def test_outputs_are_shared_memory_whatever_mlx_allocated_before() -> None:
+    # How MLX holds memory it did not allocate is decided once, from a buffer of MLX's
+    # own: one its cache gives back, larger than asked, must not change the answer.
+    done = run_snippet("""
+        import mlx.core as mx, numpy as np, mtwork
+        from mtwork.backends.sim.run.shared import heap
+        for _ in range(50):
+            a = mx.ones((24,))
+            mx.eval(a)
+            del a
+        k = mtwork.metal_kernel("inc", ["inp"], ["out"],
+                                "out[thread_position_in_grid.x] = 1.0f;")
+        out = k(inputs=[mx.zeros((1,))], grid=(4096, 1, 1), threadgroup=(256, 1, 1),
+                output_shapes=[(4096,)], output_dtypes=[mx.float32], isolate=True)[0]
+        mx.eval(out)
+        print(heap().find(np.array(out, copy=False).ctypes.data, 16384) is not None)
+        """)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split()[-1] == "True", done.stdout

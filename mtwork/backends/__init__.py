@@ -81,6 +81,9 @@ _reasons: dict[str, str | None] = {}
 _lock = threading.Lock()
 _entry_points_read = False
 _held = 0  # kernel objects alive (`hold`)
+# `_held`'s own lock: a kernel's finalizer may run while `_lock` is held (a collection
+# during the import `get` makes), and must not wait for it.
+_held_lock = threading.RLock()
 
 
 def register(name: str, factory: str | Factory) -> None:
@@ -210,18 +213,19 @@ def hold(kernel: object) -> None:
     """Counts `kernel` as alive until it is collected; when the last one goes, every
     backend made so far is told it is idle (the emulator then ends its worker process)."""
     global _held
-    with _lock:
+    with _held_lock:
         _held += 1
     weakref.finalize(kernel, _released)
 
 
 def _released() -> None:
     global _held
-    with _lock:
+    with _held_lock:
         _held -= 1
-        idle = [b for b in _instances.values() if _held == 0 and hasattr(b, "idle")]
-    for backend in idle:
-        backend.idle()  # type: ignore[attr-defined]
+        last = _held == 0
+    if last:
+        for backend in [b for b in list(_instances.values()) if hasattr(b, "idle")]:
+            backend.idle()  # type: ignore[attr-defined]
 
 
 def run(program: Program, call: Dispatch, *, backend: str | None = None) -> Completion:

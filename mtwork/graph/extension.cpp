@@ -62,11 +62,18 @@ std::vector<int64_t> freed_tokens;
 // allocator's layout, checked once; else `make_buffer`, asked for each block.
 bool size_header_layout() {
   static const bool holds = [] {
+    // A buffer of MLX's own (its cache may give one larger than asked): the data follows
+    // a size_t, and the allocator reads the buffer's size there.
     auto probe = mx::allocator::malloc(64);
     auto buffer = probe.buffer();
     auto* start = static_cast<char*>(buffer.ptr());
-    return start != nullptr && buffer.raw_ptr() == start + sizeof(size_t) &&
-           mx::allocator::allocator().size(buffer) == 64;
+    if (start == nullptr || buffer.raw_ptr() != start + sizeof(size_t)) return false;
+    auto* size = reinterpret_cast<size_t*>(start);
+    size_t was = *size;
+    *size = was + 4096;
+    bool reads_it = mx::allocator::allocator().size(buffer) == was + 4096;
+    *size = was;
+    return reads_it;
   }();
   return holds;
 }

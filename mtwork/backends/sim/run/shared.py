@@ -29,6 +29,7 @@ import os
 import threading
 from dataclasses import dataclass, field
 
+from ....gpu.device import machine_memory
 from .arena import PAGE, Mapping, shared_file
 
 __all__ = ["SEGMENT_BYTES", "SharedBlock", "SharedHeap", "heap"]
@@ -36,6 +37,7 @@ __all__ = ["SEGMENT_BYTES", "SharedBlock", "SharedHeap", "heap"]
 SEGMENT_BYTES = 16 << 20
 _CACHE_MIN = 64 << 20  # free bytes always worth keeping
 _CACHED_BLOCKS = 4  # blocks of the largest size asked for that the cache holds
+_CACHE_SHARE = 8  # ... but at most this fraction of the machine's memory
 
 
 def _class_pages(nbytes: int) -> int:
@@ -108,6 +110,7 @@ class SharedHeap:
         self.cached = 0  # bytes of freed blocks kept
         self.cache_limit = _CACHE_MIN
         self.cache_limit_set = False  # the caller chose the limit
+        self._cache_most = machine_memory() // _CACHE_SHARE
         self.forgotten: list[int] = []  # segments unmapped since the worker last heard
 
     # --- blocks ------------------------------------------------------------------------
@@ -117,7 +120,8 @@ class SharedHeap:
         pages = _class_pages(nbytes)
         with self._lock:
             if not self.cache_limit_set:
-                self.cache_limit = max(self.cache_limit, _CACHED_BLOCKS * pages * PAGE)
+                wanted = min(_CACHED_BLOCKS * pages * PAGE, self._cache_most)
+                self.cache_limit = max(self.cache_limit, wanted)
             freed = self._free.get(pages)
             if freed:
                 segment, slot = freed.pop()
