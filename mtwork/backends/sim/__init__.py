@@ -157,14 +157,20 @@ class SimBackend:
     def output_memory(self, call: Dispatch, sizes: list[int]) -> list[SharedBlock | None]:
         """Memory for the outputs of an operation of MLX's graph that the call writes
         without a copy: blocks of the memory shared with the worker for an isolated call
-        (None, MLX's own memory, for one in this process, and for empty outputs)."""
+        (None, MLX's own memory, for one in this process, for empty outputs, and where
+        the system has no shared memory to give: the output is then copied)."""
         isolate = call.options.isolate
         if isolate is None:
             isolate = isolate_by_default()
         if not isolate:
             return [None] * len(sizes)
-        shared = heap()
-        return [shared.allocate(n) if n else None for n in sizes]
+        shared, lent = heap(), []
+        for n in sizes:
+            try:
+                lent.append(shared.allocate(n) if n else None)
+            except OSError:
+                lent.append(None)
+        return lent
 
     @property
     def shared_memory(self) -> SharedHeap:
