@@ -34,6 +34,7 @@ from .kernel import Launch
 from .library_kernel import LibraryLaunch
 from .modelled import estimate_of
 from .oracle import DiffReport, diff
+from .recording import watching_calls
 from .sanitizer import SanitizerReport
 from .timing import Measurement, bench, output_arrays, wait_for
 
@@ -177,7 +178,8 @@ class Runner:
         self.on_phase("running")
         start = time.perf_counter()
         try:
-            outputs = first()
+            with watching_calls() as dispatched:  # what a plain callable runs
+                outputs = first()
             wait_for(outputs, self.backend)
         except UnknownParameterError:
             raise
@@ -205,7 +207,7 @@ class Runner:
         if self.chip is not None and not self.sanitize:
             self.on_phase("modelling")
             outcome.counters, outcome.estimate, outcome.model_note = estimate_of(
-                built, self.inputs, self.chip)
+                built, self.inputs, self.chip, dispatched)
         return outcome
 
     def _check(self, outcome: Outcome, outputs: Any, expected: Any) -> None:

@@ -17,11 +17,14 @@ from .chips import Chip, Source
 from .counters import BufferTraffic, Counters, LaneOps, SimdOps, SourceLine
 from .figures import counters_figure, estimates_figure, lines_figure
 from .model import Assumptions, Estimate, Occupancy, Term, estimate, occupancy
+from .scaling import at_steps, scaled
+from .sequence import Sequence, estimate_sequence
 
 __all__ = [
     "Assumptions", "BufferTraffic", "Chip", "Counters", "Estimate", "LaneOps", "Occupancy",
-    "SimdOps", "Source", "SourceLine", "Term", "chip_names", "chips", "counters_figure",
-    "default_gpu", "estimate", "estimates_figure", "gpu", "lines_figure", "occupancy",
+    "Sequence", "SimdOps", "Source", "SourceLine", "Term", "at_steps", "chip_names",
+    "chips", "counters_figure", "default_gpu", "estimate", "estimate_sequence",
+    "estimates_figure", "gpu", "lines_figure", "occupancy", "scaled",
 ]
 
 

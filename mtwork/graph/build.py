@@ -38,6 +38,7 @@ import mlx.core as mx
 
 from .. import cachedir
 from ..errors import BackendUnavailable
+from ..host import extension_link_flags, shared_library
 
 __all__ = ["GraphUnavailable", "host_flags", "load"]
 
@@ -56,19 +57,16 @@ def _mlx_dirs() -> tuple[Path, Path]:
 
 
 def _mlx_library(lib_dir: Path) -> Path:
-    name = "libmlx.dylib" if sys.platform == "darwin" else "libmlx.so"
-    return lib_dir / name
+    return lib_dir / shared_library("mlx")
 
 
 def host_flags(mlx_lib: Path) -> list[str]:
     """The compiler and linker flags that differ between hosts: a Python extension that
     links MLX's library and finds it where it is at run time."""
-    flags = ["-shared", "-fPIC", f"-Wl,-rpath,{mlx_lib.parent}", str(mlx_lib)]
-    if sys.platform == "darwin":
-        # Python's symbols come from the interpreter at load; MLX's headers and wheels
-        # target macOS 14 and later (mlx/extension.py builds extensions so too).
-        flags += ["-Wl,-undefined,dynamic_lookup", "-mmacosx-version-min=14.0"]
-    return flags
+    # On macOS: Python's symbols from the interpreter at load, macOS 14 as MLX targets
+    # (mlx/extension.py builds extensions so too): the platform layer's.
+    return ["-shared", "-fPIC", f"-Wl,-rpath,{mlx_lib.parent}", str(mlx_lib),
+            *extension_link_flags()]
 
 
 def _compiler() -> list[str]:

@@ -1,8 +1,8 @@
 """Memory shared between mtwork and the emulator's worker process, and the guarded memory
 of kernels run in this process.
 
-Shared memory comes in segments: anonymous files (`shared_file`: memfd, or a temporary
-file unlinked at once, so nothing is left behind when either process dies) that both
+Shared memory comes in segments: files of memory no other process can name
+(`host.shared_memory_file`, so nothing is left behind when either process dies) that both
 processes map (`Mapping`). mtwork's side hands out blocks of them (`shared.SharedHeap`);
 the worker maps a segment when it is first sent one and keeps all of it inaccessible but
 the ranges the dispatch it runs uses (`WorkerMemory`): a kernel that writes past its
@@ -29,7 +29,6 @@ import ctypes.util
 import mmap
 import os
 import sys
-import tempfile
 import threading
 from dataclasses import dataclass
 from functools import lru_cache
@@ -37,10 +36,11 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["ALIGN", "PAGE", "Mapping", "Placement", "WorkerMemory", "guarded", "layout",
-           "shared_file"]
+from ....host import PAGE_SIZE
 
-PAGE = mmap.PAGESIZE
+__all__ = ["ALIGN", "PAGE", "Mapping", "Placement", "WorkerMemory", "guarded", "layout"]
+
+PAGE = PAGE_SIZE  # 16 KiB on Apple Silicon: slack and guards are whole pages
 ALIGN = 16  # what Metal guarantees a buffer's start, and what vector loads need
 
 
@@ -64,35 +64,20 @@ class Placement:
 
 
 @lru_cache(maxsize=1024)
-def layout(spans: tuple[int, ...]) -> tuple[tuple[int, ...], tuple[int, ...], int]:
+def layout(spans: tuple[int, ...], page: int = PAGE
+           ) -> tuple[tuple[int, ...], tuple[int, ...], int]:
     """Starts for buffers of `spans` bytes, the offsets of the guard pages between them,
-    and the size of the whole. Each buffer ends (rounded up to `ALIGN`) at a page of slack, the
-    page before a guard page."""
-    starts, guards, cursor = [], [0], PAGE
+    and the size of the whole, for pages of `page` bytes (the system's). Each buffer ends
+    (rounded up to `ALIGN`) at a page of slack, the page before a guard page."""
+    starts, guards, cursor = [], [0], page
     for n in spans:
         padded = -(-max(n, 1) // ALIGN) * ALIGN
-        pages = -(-padded // PAGE)
-        starts.append(cursor + pages * PAGE - padded)
-        cursor += (pages + 1) * PAGE  # the buffer's pages, then its slack
+        pages = -(-padded // page)
+        starts.append(cursor + pages * page - padded)
+        cursor += (pages + 1) * page  # the buffer's pages, then its slack
         guards.append(cursor)
-        cursor += PAGE
+        cursor += page
     return tuple(starts), tuple(guards), cursor
-
-
-def shared_file(size: int) -> int:
-    """A new anonymous file of `size` bytes that another process can map (its descriptor
-    passed over a socket): the one place shared memory is made."""
-    if hasattr(os, "memfd_create"):
-        fd = os.memfd_create("mtwork-shared", os.MFD_CLOEXEC)
-    else:
-        fd, path = tempfile.mkstemp(prefix="mtwork-shared-")
-        os.unlink(path)
-    try:
-        os.ftruncate(fd, size)
-    except OSError:
-        os.close(fd)
-        raise
-    return fd
 
 
 _libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)

@@ -30,7 +30,8 @@ import threading
 from dataclasses import dataclass, field
 
 from ....gpu.device import machine_memory
-from .arena import PAGE, Mapping, shared_file
+from ....host import shared_memory_file
+from .arena import PAGE, Mapping
 
 __all__ = ["SEGMENT_BYTES", "SharedBlock", "SharedHeap", "heap"]
 
@@ -142,7 +143,7 @@ class SharedHeap:
                 return segment
         block_bytes = (pages + 2) * PAGE
         slots = max(1, SEGMENT_BYTES // block_bytes)
-        fd = shared_file(slots * block_bytes + PAGE)
+        fd = shared_memory_file(slots * block_bytes + PAGE)
         try:
             mapping = Mapping(fd)
         except OSError:

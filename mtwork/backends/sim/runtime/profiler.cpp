@@ -24,13 +24,11 @@
 // in what order: the counts are the same on every run and on any number of cores.
 #include "profiler.h"
 
-#include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
-#include <unistd.h>
 
+#include "platform.h"
 #include "tally.h"
 
 namespace mtw {
@@ -165,7 +163,7 @@ Shard* counting(Worker** out, bool on_fiber) {
 void release() {
   __atomic_store_n(&profiled_entry, nullptr, __ATOMIC_SEQ_CST);
   for (uint32_t i = 0; i < shared.nshards; ++i)
-    if (shared.shards[i].memory) munmap(shared.shards[i].memory, shared.shards[i].bytes);
+    if (shared.shards[i].memory) platform::unmap(shared.shards[i].memory, shared.shards[i].bytes);
   free(shared.shards);
   shared.shards = nullptr;
   shared.nshards = 0;
@@ -322,22 +320,19 @@ extern "C" int mtw_profile_arm(const mtw_profile* profile) {
              "%u threads per threadgroup", kMaxBuffers, MTW_MAX_THREADS);
     return 1;
   }
-  Dl_info info;
-  shared.image_base = dladdr(reinterpret_cast<void*>(c.entry), &info) && info.dli_fbase
-                         ? reinterpret_cast<uintptr_t>(info.dli_fbase) : 0;
+  platform::Image image;
+  shared.image_base =
+      platform::image_of(reinterpret_cast<const void*>(c.entry), &image) ? image.base : 0;
   shared.simdgroups = (c.threads + MTW_SIMD_WIDTH - 1) / MTW_SIMD_WIDTH;
   shared.words = (c.blocks + 63) / 64;
-  long cores = sysconf(_SC_NPROCESSORS_ONLN);
-  shared.nshards = pool_size ? uint32_t(pool_size) : cores > 0 ? uint32_t(cores) : 1;
+  shared.nshards = pool_size ? uint32_t(pool_size) : uint32_t(platform::cpu_count());
   shared.shards = static_cast<Shard*>(calloc(shared.nshards, sizeof(Shard)));
   bool ok = shared.shards != nullptr;
   for (uint32_t i = 0; ok && i < shared.nshards; ++i) {
     Shard& s = shared.shards[i];
     s.bytes = layout(s, nullptr);
-    s.memory = mmap(nullptr, s.bytes, PROT_READ | PROT_WRITE,
-                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-    if (s.memory == MAP_FAILED) {
-      s.memory = nullptr;
+    s.memory = platform::map_zeroed(s.bytes);
+    if (!s.memory) {
       ok = false;
     } else {
       layout(s, static_cast<char*>(s.memory));
