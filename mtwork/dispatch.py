@@ -234,7 +234,8 @@ class Dispatch:
     leaves a batch-0 quantized kernel's batch strides unset); reading one is an error
     naming it. `into`: memory the caller has for some fresh buffers (the outputs MLX made
     for an operation of its graph), by index; a backend may write them there and return
-    them, else the caller copies them in."""
+    them, else the caller copies them in. `stream`: the MLX stream or device the call was
+    given, where its operation of MLX's graph runs."""
 
     buffers: Mapping[int, Bound | Fresh]
     geometry: Geometry
@@ -242,6 +243,7 @@ class Dispatch:
     threadgroup_memory: Mapping[int, int] = field(default_factory=dict)
     unbound: tuple[int, ...] = ()
     into: Mapping[int, np.ndarray] = field(default_factory=dict)
+    stream: Any = None  # the MLX stream or device the call was given (`stream=`)
 
 
 @dataclass(frozen=True)
