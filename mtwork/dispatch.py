@@ -142,11 +142,13 @@ class BodyForm:
 @dataclass(frozen=True)
 class FullSource:
     """A full-source kernel: its signature, template arguments (as text) and function
-    constant values (name, type, value text or None when not set)."""
+    constant values (name, type, value text or None when not set); `instantiated`: the
+    source instantiates it itself (a host name)."""
 
     signature: KernelSignature
     template_args: tuple[str, ...]
     constants: tuple[tuple[str, str, str | None], ...]
+    instantiated: bool = False
 
 
 @dataclass(frozen=True)
@@ -229,13 +231,12 @@ class Options:
 @dataclass(frozen=True)
 class Dispatch:
     """One call: memory by ``[[buffer(n)]]`` index, bytes by ``[[threadgroup(n)]]`` index,
-    the geometry and the options. `unbound`: indices of buffers the kernel declares and the
-    call leaves unbound, as Metal allows when the kernel never reads them (MLX's host
-    leaves a batch-0 quantized kernel's batch strides unset); reading one is an error
-    naming it. `into`: memory the caller has for some fresh buffers (the outputs MLX made
-    for an operation of its graph), by index; a backend may write them there and return
-    them, else the caller copies them in. `stream`: the MLX stream or device the call was
-    given, where its operation of MLX's graph runs."""
+    the geometry and the options. `unbound`: buffers the call leaves unbound, as Metal
+    allows where the kernel never reads them (reading one is an error naming it). `into`:
+    memory the caller has for some fresh buffers (the outputs MLX made for an operation of
+    its graph), by index; a backend may write them there and return them, else the caller
+    copies them in. `stream`: the MLX stream or device the call was given, where its
+    operation of MLX's graph runs."""
 
     buffers: Mapping[int, Bound | Fresh]
     geometry: Geometry

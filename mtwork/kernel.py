@@ -8,7 +8,6 @@ A call generates the MSL MLX would compile (`mtwork.msl.body`), describes it as 
 from __future__ import annotations
 
 import dataclasses
-import math
 import weakref
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -16,7 +15,6 @@ from functools import cached_property
 from typing import Any
 
 import mlx.core as mx
-import numpy as np
 
 from . import dtypes, graph
 from .backends import builds_graph, chosen, hold
@@ -53,6 +51,7 @@ from .kernel_arguments import (
     check_sequence,
     check_stream,
     check_text,
+    define_lines,
 )
 from .msl import body, checks
 from .msl.target import MslTarget, resolve_target
@@ -87,10 +86,9 @@ class MetalKernel:
     mtwork.profile). `msl_version=` and `gpu_family=` say what the kernel is checked and
     compiled for on sim (default $MTWORK_MSL_VERSION or "3.2", $MTWORK_GPU_FAMILY or
     "apple7"; see mtwork.msl.target). The kernel does not change; `last_sanitizer_report`
-    keeps the
-    report of its last sanitized call, `last_counters` the counts of its last profiled
-    one, `last_engine` which engine of the emulator ran its last call (and, when not the
-    fast one, why)."""
+    keeps the report of its last sanitized call, `last_counters` the counts of its last
+    profiled one, `last_engine` which engine of the emulator ran its last call (and, when
+    not the fast one, why)."""
 
     name: str
     input_names: tuple[str, ...]
@@ -309,33 +307,6 @@ def metal_kernel(
 
 
 # --- one call of a kernel ------------------------------------------------------------------
-
-
-def define_lines(defines: Mapping[str, Any]) -> str:
-    """`#define` lines for constants: ints, floats (as float literals), bools, mlx dtypes
-    (as their Metal type) or strings (pasted as they are)."""
-    lines = []
-    for name, value in defines.items():
-        if not isinstance(name, str) or not name.isidentifier():
-            raise ValueError(f"define names must be identifiers, got {name!r}")
-        lines.append(f"#define {name} {_define_text(name, value)}\n")
-    return "".join(lines)
-
-
-def _define_text(name: str, value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, (int, np.integer)):
-        return str(int(value))
-    if isinstance(value, (float, np.floating)):
-        if not math.isfinite(value):
-            raise ValueError(f"define {name}={value!r}: only finite floats can be written")
-        return f"{float(value)!r}f"
-    if isinstance(value, mx.Dtype):
-        return dtypes.type_string(value)
-    if isinstance(value, str):
-        return value
-    raise ValueError(f"define {name}={value!r}: use an int, float, bool, mlx dtype or str")
 
 
 @dataclass

@@ -1,11 +1,12 @@
 """The checks of `mtwork.metal_kernel`'s arguments and of its calls' that are mtwork's
 own: MLX's, with MLX's words, are `msl.checks`. Each error names the argument, what was
-given and what is allowed."""
+given and what is allowed. Also a launch's `#define` lines (`define_lines`)."""
 
 from __future__ import annotations
 
+import math
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import mlx.core as mx
@@ -17,7 +18,7 @@ from .msl.reserved import reserved_reason
 
 __all__ = ["PREFIX", "check_flag", "check_init_value", "check_kernel_name", "check_names",
            "check_output_dtypes", "check_output_shapes", "check_sequence", "check_stream",
-           "check_text"]
+           "check_text", "define_lines"]
 
 PREFIX = "[metal_kernel] "
 
@@ -126,3 +127,30 @@ def check_init_value(init_value: Any) -> None:
             init_value, (int, float, np.integer, np.floating))):
         raise ValueError(f"{PREFIX}`init_value` must be a number (a float; inf and nan "
                          f"too) or None, got {type(init_value).__name__} {init_value!r}")
+
+
+def define_lines(defines: Mapping[str, Any]) -> str:
+    """`#define` lines for constants: ints, floats (as float literals), bools, mlx dtypes
+    (as their Metal type) or strings (pasted as they are)."""
+    lines = []
+    for name, value in defines.items():
+        if not isinstance(name, str) or not name.isidentifier():
+            raise ValueError(f"define names must be identifiers, got {name!r}")
+        lines.append(f"#define {name} {_define_text(name, value)}\n")
+    return "".join(lines)
+
+
+def _define_text(name: str, value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, np.integer)):
+        return str(int(value))
+    if isinstance(value, (float, np.floating)):
+        if not math.isfinite(value):
+            raise ValueError(f"define {name}={value!r}: only finite floats can be written")
+        return f"{float(value)!r}f"
+    if isinstance(value, mx.Dtype):
+        return dtypes.type_string(value)
+    if isinstance(value, str):
+        return value
+    raise ValueError(f"define {name}={value!r}: use an int, float, bool, mlx dtype or str")

@@ -200,8 +200,9 @@ class Library:
         if signature is None:
             raise KeyError(f"the library no longer defines kernel `{kernel.signature.name}`; "
                            f"it defines: {', '.join(self.names()) or 'none'}")
+        instantiated = kernel.instantiated and kernel.name in self.host_names
         return Kernel(self, signature, kernel.template_args, dict(kernel.constants),
-                      kernel.name)
+                      kernel.name, instantiated=instantiated)
 
     def names(self) -> list[str]:
         """Kernel functions, then host names of explicit instantiations."""
@@ -240,7 +241,8 @@ class Library:
             signature = self._signature(name)
             args = template_texts(signature, template, name)
             label = signature.name + (f"<{', '.join(args)}>" if signature.is_template else "")
-        return Kernel(self, signature, args, self._constant_values(constants), label)
+        return Kernel(self, signature, args, self._constant_values(constants), label,
+                      instantiated=instantiation is not None)
 
     def _signature(self, name: str) -> KernelSignature:
         try:

@@ -1,17 +1,20 @@
 """The checks of a `load_metal` kernel's call arguments that need the kernel's
-signature: threadgroup memory sizes, and how a parameter is named in their messages."""
+signature: buffers bound by index or name, threadgroup memory sizes, and how a parameter
+is named in their messages."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import Any
 
+import mlx.core as mx
 import numpy as np
 
 from .errors import ThreadgroupMemoryError
 from .limits import THREADGROUP_MEMORY_ALIGNMENT, THREADGROUP_MEMORY_BYTES
-from .msl.signature import KernelParam
+from .msl.signature import KernelParam, KernelSignature
 
-__all__ = ["describe", "threadgroup_sizes"]
+__all__ = ["chosen_buffers", "describe", "threadgroup_sizes"]
 
 
 def describe(p: KernelParam) -> str:
@@ -53,3 +56,46 @@ def threadgroup_sizes(kernel: str, params: Sequence[KernelParam],
             kernel, f"its [[threadgroup(n)]] arguments take {total} bytes, more than "
                     f"the {limit} bytes ({limit // 1024} KiB) a threadgroup has")
     return dict(sorted(given.items()))
+
+
+def chosen_buffers(kernel: str, signature: KernelSignature,
+                   buffers: Mapping[int | str, Any] | Sequence[Any] | None
+                   ) -> dict[str, tuple[KernelParam, Any]]:
+    """The buffers a call of `kernel` binds, by parameter name: `buffers` maps
+    ``[[buffer(n)]]`` indices or names to values, or is a sequence by index."""
+    params = signature.buffers
+    if buffers is None:
+        buffers = {}
+    if isinstance(buffers, (str, bytes, np.ndarray, mx.array)):
+        raise TypeError("`buffers` maps [[buffer(n)]] indices or parameter names to "
+                        f"values (or is a list by index), got {type(buffers).__name__}")
+    if not isinstance(buffers, Mapping):
+        buffers = dict(enumerate(buffers))
+    by_index = {p.index: p for p in params}
+    by_name = {p.name: p for p in params}
+    chosen: dict[str, tuple[KernelParam, Any]] = {}
+    for key, value in buffers.items():
+        if isinstance(key, (int, np.integer)) and not isinstance(key, bool):
+            p = by_index.get(int(key))
+        elif isinstance(key, str):
+            p = by_name.get(key)
+        else:
+            raise TypeError(f"buffers are bound by index (int) or name (str), not {key!r}")
+        if p is None:
+            raise TypeError(_no_such_buffer(kernel, signature, key))
+        if p.name in chosen:
+            raise TypeError(f"{describe(p)} is bound twice (by index and by name)")
+        chosen[p.name] = (p, value)
+    return chosen
+
+
+def _no_such_buffer(kernel: str, signature: KernelSignature, key: int | str) -> str:
+    other = next((p for p in signature.params if p.name == key), None)
+    if other is not None and other.kind == "threadgroup":
+        return (f"`{key}` is threadgroup memory: give its size in bytes with "
+                f"threadgroup_memory={{{other.index}: ...}}")
+    if other is not None and other.kind == "attribute":
+        return f"`{key}` is the thread attribute [[{other.attribute}]]: the dispatch sets it"
+    what = f"buffer({key})" if isinstance(key, int) else f"buffer named `{key}`"
+    have = ", ".join(describe(p) for p in signature.buffers) or "none"
+    return f"kernel `{kernel}` has no {what}; its buffers are: {have}"

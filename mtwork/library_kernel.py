@@ -34,7 +34,7 @@ from .dispatch import (
 )
 from .errors import MetalRuleError
 from .gpu.counters import Counters
-from .library_arguments import describe, threadgroup_sizes
+from .library_arguments import chosen_buffers, describe, threadgroup_sizes
 from .library_operation import (
     check_kept,
     is_operation,
@@ -93,10 +93,12 @@ class Kernel:
     one, why) `last_engine`."""
 
     def __init__(self, library: LibraryParts, signature: KernelSignature,
-                 template_args: tuple[str, ...], constants: dict[str, str | None], label: str):
+                 template_args: tuple[str, ...], constants: dict[str, str | None], label: str,
+                 instantiated: bool = False):
         self.library = library
         self.signature = signature
         self.template_args = template_args
+        self.instantiated = instantiated  # by the source itself (a host name)
         self.constants = constants
         self.name = label
         self.last_sanitizer_report: SanitizerReport | None = None
@@ -178,7 +180,7 @@ class Kernel:
             function=self.function,
             params=params,
             math_mode=lib.math_mode,
-            form=FullSource(self.signature, self.template_args, constants),
+            form=FullSource(self.signature, self.template_args, constants, self.instantiated),
             defines="".join(f"#define {name} {value}\n" for name, value in lib.defines.items())
             + function_constant_macros({n: (t, v) for n, t, v in constants}),
             max_threads=min(lib.target.limits.threads_per_threadgroup,
@@ -188,50 +190,12 @@ class Kernel:
 
     # -- binding ---------------------------------------------------------------------
 
-    def _bind(self, buffers: Mapping[int | str, Any] | Sequence[Any] | None
-              ) -> dict[str, tuple[KernelParam, Any]]:
-        params = self.signature.buffers
-        if buffers is None:
-            buffers = {}
-        if isinstance(buffers, (str, bytes, np.ndarray, mx.array)):
-            raise TypeError("`buffers` maps [[buffer(n)]] indices or parameter names to "
-                            f"values (or is a list by index), got {type(buffers).__name__}")
-        if not isinstance(buffers, Mapping):
-            buffers = dict(enumerate(buffers))
-        by_index = {p.index: p for p in params}
-        by_name = {p.name: p for p in params}
-        chosen: dict[str, tuple[KernelParam, Any]] = {}
-        for key, value in buffers.items():
-            if isinstance(key, (int, np.integer)) and not isinstance(key, bool):
-                p = by_index.get(int(key))
-            elif isinstance(key, str):
-                p = by_name.get(key)
-            else:
-                raise TypeError(f"buffers are bound by index (int) or name (str), not {key!r}")
-            if p is None:
-                raise TypeError(self._no_such_buffer(key))
-            if p.name in chosen:
-                raise TypeError(f"{describe(p)} is bound twice (by index and by name)")
-            chosen[p.name] = (p, value)
-        return chosen
-
     def unbound(self, chosen: Mapping[str, Any]) -> tuple[int, ...]:
         """The indices of the kernel's buffers a call leaves unbound (Metal runs a kernel
         with buffers it never reads unbound; reading one stops the call with an error
         naming it)."""
         return tuple(p.index for p in self.signature.buffers  # type: ignore[misc]
                      if p.name not in chosen and self.is_present(p) is not False)
-
-    def _no_such_buffer(self, key: int | str) -> str:
-        other = next((p for p in self.signature.params if p.name == key), None)
-        if other is not None and other.kind == "threadgroup":
-            return (f"`{key}` is threadgroup memory: give its size in bytes with "
-                    f"threadgroup_memory={{{other.index}: ...}}")
-        if other is not None and other.kind == "attribute":
-            return f"`{key}` is the thread attribute [[{other.attribute}]]: the dispatch sets it"
-        what = f"buffer({key})" if isinstance(key, int) else f"buffer named `{key}`"
-        have = ", ".join(describe(p) for p in self.signature.buffers) or "none"
-        return f"kernel `{self.name}` has no {what}; its buffers are: {have}"
 
     def dispatch(
         self,
@@ -264,7 +228,7 @@ class Kernel:
             grid_name = "threadgroups × threads_per_threadgroup"
         shape = geometry(grid, tg, exactly_three=False, max_threads=self.program.max_threads,
                          grid_name=grid_name, threadgroup_name="threads_per_threadgroup")
-        picked = self._bind(buffers)
+        picked = chosen_buffers(self.name, self.signature, buffers)
         bound = {p.index: bind(p, value, self.element_info(p),
                                f"{describe(p)} of `{self.name}`", keep_arrays=keep_arrays)
                  for p, value in picked.values()}

@@ -115,6 +115,10 @@ class MslTarget:
             macros["__HAVE_BFLOAT__"] = "1"
         return macros
 
+    def define_flags(self) -> tuple[str, ...]:
+        """`predefined_macros` as a compiler's command-line definitions (``-DNAME=VALUE``)."""
+        return tuple(f"-D{name}={value}" for name, value in self.predefined_macros().items())
+
     def __str__(self) -> str:
         return f"MSL {self.msl_version} on {self.gpu_family}"
 

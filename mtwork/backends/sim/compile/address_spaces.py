@@ -1,19 +1,22 @@
 """Metal's address spaces, checked: a pointer or reference never converts between
 ``device``, ``constant``, ``threadgroup`` and ``thread`` (MSL 3.2 specification, chapter 4),
 implicitly or by a cast, and a member function is called only on objects in the address
-spaces it is declared for.
+spaces it is declared for (an unmarked one is ``thread``'s).
 
 The emulator's build keeps no address spaces (its shim makes the words empty), so it
 accepts every mismatch. This check parses the program a second time, without building
 it, as C++ for OpenCL, whose address spaces are real types in clang: Metal's map onto
-OpenCL's (mtw_base.h: ``device`` to ``__private``, ``constant`` to ``__global``,
-``threadgroup`` to ``__local``, ``thread`` to the generic space that holds the other
-three), so that each pair of Metal's named spaces is distinct while an object in any of
-them still copies, and a conversion between two of them is clang's error. Only those
-errors are reported, at the author's lines; every other difference between C++ for OpenCL
-and Metal is left to the build. What the mapping cannot see (a ``device`` pointer to a
-``thread`` variable, since locals are ``__private`` too; a named space converted to
-``thread``) passes.
+OpenCL's (mtw_base.h: ``device`` to ``__global``, ``constant`` to ``__constant``,
+``threadgroup`` to ``__local``; ``thread`` is where local variables are, ``__private``,
+and an unqualified pointer, reference or member function is OpenCL's generic space). A
+conversion between two named spaces, or from ``constant`` to ``thread``, is then clang's
+error (`space_errors.py` reads them, leaving out what is the mapping's, not Metal's); one
+from ``device`` or ``threadgroup`` to ``thread``, which OpenCL's generic space allows, is
+found in clang's AST of the program (`conversions.py`). Only the author's code is
+reported, at the author's lines; every other difference between C++ for OpenCL and Metal
+is left to the build. From MSL 4.1, where an unqualified pointer is generic in Metal too
+(it may point to ``device``, ``threadgroup`` or ``thread`` memory, not ``constant``), only
+clang's errors are reported.
 
 The sources are read as written, with the rewrites that are not about address spaces
 (`rewrite.rewrite_keeping_address_spaces`: threadgroup variables, function constants),
@@ -24,26 +27,27 @@ kernels; the shim's parse is a precompiled header.
 from __future__ import annotations
 
 import json
-import re
 import shutil
 import threading
-from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
 from .... import cachedir
 from ....cachedir import cache_dir
-from ....dispatch import Program
+from ....dispatch import BodyForm, Program
 from ....errors import EmulatorUnavailable
 from ....msl.constants import rewrite_function_constants, strip_msl_only_syntax
 from ....msl.includes import mlx_include_dir
 from ....msl.rules import Violation
 from ....msl.rules.code import column_in
+from ....msl.target import MslVersion
 from ....toolchain import builtin_headers, run_clang, toolchain_identity
 from . import precompiled
 from .compiler import SHIM_DIR, digest, shim_version
+from .conversions import Conversion, generic_conversions
 from .rewrite import rewrite_keeping_address_spaces
 from .sources import SourceTree, rewriters_digest, source_tree
+from .space_errors import Diagnostic, diagnostics, explains, metal_terms, rule_of
 from .translation import Translation
 
 __all__ = ["address_space_violations", "for_check"]
@@ -67,10 +71,16 @@ _headers_lock = threading.Lock()
 _pch_lock = threading.Lock()
 
 
+# From this version an unqualified pointer is generic in Metal too.
+_GENERIC_POINTERS = MslVersion(4, 1)
+
+
 @cache
 def _checker_digest() -> str:
-    """This module's code: a change to how diagnostics are read checks anew."""
-    return digest(Path(__file__).read_text())
+    """The check's code: a change to how diagnostics are read checks anew."""
+    here = Path(__file__).parent
+    return digest(*(here.joinpath(f).read_text()
+                    for f in ("address_spaces.py", "space_errors.py", "conversions.py")))
 
 
 def for_check(text: str) -> str:
@@ -106,9 +116,8 @@ def check_headers_dir() -> Path:
 
 def _flags(program: Program) -> list[str]:
     """clang's flags for the check (the same for its precompiled header)."""
-    macros = [f"-D{k}={v}" for k, v in program.msl_target.predefined_macros().items()]
-    return [*_LANGUAGE, *_DEFINES, *macros, "-isystem", str(builtin_headers()),
-            "-isystem", str(SHIM_DIR)]
+    return [*_LANGUAGE, *_DEFINES, *program.msl_target.define_flags(),
+            "-isystem", str(builtin_headers()), "-isystem", str(SHIM_DIR)]
 
 
 _PRELUDE_INCLUDES = ("-include", str(_CHECK_PRELUDE), "-include", str(SHIM_DIR / "metal_types"))
@@ -152,11 +161,16 @@ def _prelude(program: Program) -> str:
 
 
 def _unit(program: Program, main: Path) -> str:
-    """The translation unit: defines, prelude, the main file, and the kernel function
-    named (so that a template kernel is instantiated, as the build instantiates it)."""
+    """The translation unit: defines, prelude, the main file, and the kernel function named
+    when it is a template the source does not instantiate itself (so that it is
+    instantiated, as the build instantiates it). Every other kernel of a file with the
+    same defines has the same unit, and so one check: Metal compiles the whole file too."""
     path = str(main).replace("\\", "\\\\").replace('"', '\\"')
-    return (f'{program.defines}{_prelude(program)}#include "{path}"\n'
-            f"void __mtw_check_instantiate() {{ (void)&{program.function}; }}\n")
+    form = program.form
+    named = isinstance(form, BodyForm) or (form.template_args and not form.instantiated)
+    instantiate = (f"void __mtw_check_instantiate() {{ (void)&{program.function}; }}\n"
+                   if named else "")
+    return f'{program.defines}{_prelude(program)}#include "{path}"\n{instantiate}'
 
 
 def address_space_violations(program: Program, every_file: bool = False
@@ -183,125 +197,23 @@ def address_space_violations(program: Program, every_file: bool = False
         # need not validate it against them (which reads every header it holds).
         start = (list(_PRELUDE_INCLUDES) if pch is None else
                  ["-include-pch", str(pch), "-Xclang", "-fno-validate-pch"])
-        args = [*flags, *_DIAGNOSTICS, *includes, str(cpp)]
+        generic = program.msl_target.msl_version >= _GENERIC_POINTERS
+        dump = () if generic else ("-Xclang", "-ast-dump")
+        args = [*flags, *_DIAGNOSTICS, *dump, *includes, str(cpp)]
         result = run_clang([*start, *args], program.label, raw=True)
         if result.returncode != 0 and pch is not None and str(pch) in result.stderr:
             cachedir.discard(pch)  # unreadable: parse everything, and build it again later
             result = run_clang([*_PRELUDE_INCLUDES, *args], program.label, raw=True)
-        found = _violations(result.stderr, _Places(program, tree, every_file))
+        places = _Places(program, tree, every_file)
+        found = _violations(result.stderr, places)
+        if not generic and "AddressSpaceConversion" in result.stdout:
+            found = _merged(found, _conversion_violations(result.stdout, places))
         out = work / cached.name
         out.write_text(json.dumps([v.__dict__ for v in found]))
         cachedir.publish(out, cached)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return found
-
-
-# ---------------------------------------------------------------------------------------
-# clang's diagnostics, told as Metal's
-
-
-_LOCATION = re.compile(r"^(?P<file>.+?):(?P<line>\d+):(?P<col>\d+): "
-                       r"(?P<kind>error|fatal error|note): (?P<message>.*)$")
-
-
-@dataclass
-class _Diagnostic:
-    file: str
-    line: int
-    column: int
-    message: str
-    notes: list[_Diagnostic]
-
-
-def _diagnostics(stderr: str) -> list[_Diagnostic]:
-    """The errors in `stderr`, each with the notes after it."""
-    out: list[_Diagnostic] = []
-    for raw in stderr.splitlines():
-        m = _LOCATION.match(raw)
-        if m is None:
-            continue
-        d = _Diagnostic(m.group("file"), int(m.group("line")), int(m.group("col")),
-                        m.group("message"), [])
-        if m.group("kind") == "note":
-            if out:
-                out[-1].notes.append(d)
-        else:
-            out.append(d)
-    return out
-
-
-_SPACES = ("__global", "__local", "__private", "__generic")
-# Errors about the mapping itself, not a Metal rule (the text rules cover these places).
-_NOT_CONVERSIONS = ("program scope variable", "non-kernel function variable",
-                    "cannot be used to declare a program scope", "may not be qualified with",
-                    "automatic variable qualified", "variable in constant address space")
-_CONVERSION = re.compile(r"cannot pass pointer to address space|converts between mismatching "
-                         r"address spaces|cannot bind reference in address space|"
-                         r"changes address space|non-overlapping address spaces|"
-                         r"different address spaces")
-_MEMBER = re.compile(r"'this' (?:object|argument)|object parameter of type")
-_TYPE_PAIR = re.compile(r"'([^']*)'[^']*'([^']*)'")
-
-
-def _rule(d: _Diagnostic) -> str | None:
-    """Which address-space rule an error (with its notes) reports, or None."""
-    texts = [d.message, *(n.message for n in d.notes if not n.message.startswith("in "))]
-    if any("__constant" in t for t in texts):
-        return None  # a string literal's space, which Metal's `constant` is not here
-    if any(p in d.message for p in _NOT_CONVERSIONS):
-        return None
-    for t in texts:
-        if _MEMBER.search(t) and any(s in t for s in _SPACES):
-            return "member-address-space"
-        if _CONVERSION.search(t) or _differ_in_space_only(t):
-            return "address-space-conversion"
-    return None
-
-
-def _explains(note: str) -> bool:
-    """Whether a note says which address spaces did not match."""
-    return bool(_CONVERSION.search(note) or (_MEMBER.search(note) and "address space" in note)
-                or _differ_in_space_only(note))
-
-
-def _differ_in_space_only(message: str) -> bool:
-    """Whether the two types a message quotes are the same but for address spaces."""
-    m = _TYPE_PAIR.search(message)
-    if m is None or not any(s in message for s in _SPACES):
-        return False
-    if not any(c in t for t in m.groups() for c in "*&["):
-        return False  # objects, not pointers or references: a value has no address space
-    a, b = (_without_spaces(t) for t in m.groups())
-    return a == b and _spaces_of(m.group(1)) != _spaces_of(m.group(2))
-
-
-def _spaces_of(type_text: str) -> list[str]:
-    """The address spaces a type names, the pointer's own (after its `*`) left out."""
-    text = re.sub(r"\*\s*(?:__private|__generic)\b", "*", type_text)
-    return re.findall(r"\b(?:__global|__local|__private)\b", text)
-
-
-def _without_spaces(type_text: str) -> str:
-    """A type without address spaces and qualifiers, arrays decayed (a conversion may add
-    const, and an array passes as a pointer)."""
-    text = re.sub(r"\b(?:__global|__local|__private|__generic|const|volatile)\b", " ",
-                  type_text)
-    text = re.sub(r"\[\d*\]", "*", text.replace("&&", "&"))
-    return re.sub(r"\s+", "", text)
-
-
-_METAL_NAMES = (("__private", "device (or thread)"), ("__global", "constant"),
-                ("__local", "threadgroup"), ("__generic ", ""), ("__generic", "thread"),
-                ("__mtw_half", "half"))
-
-
-def _metal_terms(message: str) -> str:
-    """A message of clang's in Metal's words."""
-    message = re.sub(r"\*\s*(?:__private|__generic)\b", "*", message)  # the pointer's own
-    for opencl, metal in _METAL_NAMES:
-        message = message.replace(opencl, metal)
-    return re.sub(r"  +", " ", message)
 
 
 class _Places:
@@ -340,6 +252,17 @@ class _Places:
             self.originals[name] = Path(name).read_text().split("\n")
         return self.originals.get(name, [])
 
+    def violation(self, rule: str, at: Diagnostic | Conversion, message: str) -> Violation:
+        """A finding at clang's place `at` (held to the rules), at the author's line and
+        column."""
+        name, line = self.place(at.file, at.line)  # type: ignore[misc]
+        lines = self.lines(name)
+        excerpt = lines[line - 1].rstrip() if 0 < line <= len(lines) else ""
+        copy = self.compiled(at.file)
+        compiled = copy[at.line - 1] if 0 < at.line <= len(copy) else excerpt
+        column = column_in(excerpt, compiled, at.column - 1) if excerpt else at.column
+        return Violation(rule, name, line, column, message, excerpt)
+
     def compiled(self, file: str) -> list[str]:
         """The lines of the check's copy of `file` (as clang numbers them)."""
         if file not in self.copies:
@@ -362,9 +285,10 @@ class _Places:
 
 
 def _violations(stderr: str, places: _Places) -> tuple[Violation, ...]:
+    """clang's address-space errors that are Metal's, at the author's lines."""
     found: dict[tuple, Violation] = {}
-    for d in _diagnostics(stderr):
-        rule = _rule(d)
+    for d in diagnostics(stderr):
+        rule = rule_of(d, SHIM_DIR)
         if rule is None:
             continue
         at = next((a for a in (d, *(n for n in d.notes
@@ -372,17 +296,33 @@ def _violations(stderr: str, places: _Places) -> tuple[Violation, ...]:
                    if places.place(a.file, a.line) is not None), None)
         if at is None:
             continue  # in the shim, or (unless every file is held) in MLX's headers
-        name, line = places.place(at.file, at.line)  # type: ignore[misc]
-        detail = next((n.message for n in d.notes if _explains(n.message)), "")
-        message = _metal_terms(d.message + (f" ({detail})" if detail else ""))
-        lines = places.lines(name)
-        excerpt = lines[line - 1].rstrip() if 0 < line <= len(lines) else ""
-        copy = places.compiled(at.file)
-        compiled = copy[at.line - 1] if 0 < at.line <= len(copy) else excerpt
-        column = column_in(excerpt, compiled, at.column - 1) if excerpt else at.column
-        found.setdefault((name, line, rule), Violation(rule, name, line, column, message,
-                                                       excerpt))
+        detail = next((n.message for n in d.notes if explains(n.message)), "")
+        message = metal_terms(d.message + (f" ({detail})" if detail else ""))
+        v = places.violation(rule, at, message)
+        found.setdefault((v.file, v.line, rule), v)
     return tuple(found.values())
+
+
+def _conversion_violations(dump: str, places: _Places) -> tuple[Violation, ...]:
+    """The conversions of device and threadgroup memory to `thread` in clang's AST, at
+    the author's lines, into the author's own functions and variables."""
+    conversions, declared = generic_conversions(dump)
+    found: dict[tuple, Violation] = {}
+    for c in conversions:
+        if places.place(c.file, c.line) is None:
+            continue
+        if c.target is not None and places.place(declared.get(c.target, ""), 1) is None:
+            continue  # into a function of the shim's or MLX's: Metal's take every space
+        v = places.violation(c.rule, c, c.message)
+        found.setdefault((v.file, v.line, c.rule), v)
+    return tuple(found.values())
+
+
+def _merged(first: tuple[Violation, ...], more: tuple[Violation, ...]
+            ) -> tuple[Violation, ...]:
+    """Both sets of findings, one per place and rule, in the order of the lines."""
+    kept = {(v.file, v.line, v.rule): v for v in (*more, *first)}
+    return tuple(sorted(kept.values(), key=lambda v: (v.file, v.line, v.column)))
 
 
 def _originals(program: Program) -> dict[str, list[str]]:

@@ -83,10 +83,6 @@ MATH_MODE_FLAGS = {
 KERNEL_DEFINES = ("-DMLX_METAL_JIT", "-D__HAVE_MTWORK_EMULATOR__=1")
 
 
-def target_defines(msl_target: MslTarget) -> tuple[str, ...]:
-    """What Apple's compiler predefines for the target's language version
-    (``__METAL_VERSION__``, ``__HAVE_BFLOAT__``, ...; `mtwork.msl.target`)."""
-    return tuple(f"-D{name}={value}" for name, value in msl_target.predefined_macros().items())
 # Kernels keep the arrays they index on a private stack of their own (clang's SafeStack;
 # the runtime says where each fiber's is): a thread-private array indexed out of bounds,
 # which the GPU tolerates (MLX's layer_norm writes below one), then overwrites the
@@ -270,19 +266,17 @@ EXITS_TO_RUNTIME = ("-include", str(SHIM_DIR / "mtw_exits.h"))
 
 def compile_kernel(tu: Translation, math_mode: str, kernel_label: str,
                    include_dirs: Sequence[Path] = (), sanitize: bool = False,
-                   profile: bool = False, lockstep: bool = False,
-                   target: Target = HOST,
+                   profile: bool = False, lockstep: bool = False, target: Target = HOST,
                    msl_target: MslTarget = DEFAULT_MSL_TARGET) -> Path:
     """Compiles a translation unit into a shared library (cached) and returns its path.
 
     `include_dirs` are searched after the shim and before MLX's headers (`-I`, in order),
-    as `load_metal` resolves includes: a header of the author's named like one of MLX's
-    (another MLX version's copy) is the author's;
-    `sanitize` builds the instrumented variant the sanitizer mode runs; `profile` the
-    profiler's, in a folder with the `instrument.Table` of its blocks (``table.json``);
-    `lockstep` traces the plain build's loads and stores (both variants trace them);
-    `target` is the machine it is built for (another than this one: to prove it builds);
-    `msl_target` sets what Apple's compiler predefines for the language version.
+    as `load_metal` resolves includes; `sanitize` builds the instrumented variant the
+    sanitizer mode runs; `profile` the profiler's, in a folder with the `instrument.Table`
+    of its blocks (``table.json``); `lockstep` traces the plain build's loads and stores
+    (both variants trace them);
+    `target` is the machine it is built for (another than this one: to prove it builds),
+    `msl_target` the language version (what Apple's compiler predefines).
     """
     flags = kernel_flags(math_mode, sanitize=sanitize, profile=profile, lockstep=lockstep,
                          target=target, msl_target=msl_target)
@@ -338,19 +332,17 @@ def _runtime_beside() -> threading.Thread | None:
 def kernel_flags(math_mode: str, *, sanitize: bool = False, profile: bool = False,
                  lockstep: bool = False, target: Target = HOST,
                  msl_target: MslTarget = DEFAULT_MSL_TARGET) -> list[str]:
-    """clang's flags for a kernel in `math_mode` built for `target`, for `msl_target`'s
-    language version: plain, sanitized or profiled (a plain build in `lockstep` traces
-    its accesses)."""
+    """clang's flags for a kernel in `math_mode` built for `target` and `msl_target`:
+    plain, sanitized or profiled (a plain build in `lockstep` traces its accesses)."""
     variant = (SANITIZE_FLAGS if sanitize else PROFILE_FLAGS if profile
                else (*NO_DEBUG_INFO, *(LOCKSTEP_FLAGS if lockstep else ())))
     return [*COMMON_FLAGS, *target.compile_flags(), *MATH_MODE_FLAGS[math_mode],
-            *KERNEL_DEFINES, *target_defines(msl_target), *KERNEL_FLAGS, *variant]
+            *KERNEL_DEFINES, *msl_target.define_flags(), *KERNEL_FLAGS, *variant]
 
 
 def kernel_includes(user_includes: Sequence[str] = ()) -> list[str]:
-    """Where a kernel's includes are found: the shim, then the author's folders
-    (`user_includes`, as ``-I`` arguments), then MLX's rewritten headers: a header of the
-    author's named like one of MLX's is the author's, as `load_metal` says."""
+    """Where a kernel's includes are found: the shim, the author's folders (`-I` flags),
+    then MLX's rewritten headers."""
     return ["-isystem", str(SHIM_DIR), *METAL_PREDECLARED, *user_includes,
             "-I", str(prelude_dir())]
 

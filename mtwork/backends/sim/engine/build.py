@@ -82,7 +82,7 @@ def _flags(math_mode: str, target: Target, msl_target: MslTarget) -> list[str]:
     # 4-byte alignment for vector accesses through pointers, as the fiber engine's build
     # (compiler.KERNEL_FLAGS says why); no SafeStack: the engine runs threads as loops.
     return [*common, *target.compile_flags(), *compiler.MATH_MODE_FLAGS[math_mode],
-            *compiler.KERNEL_DEFINES, *compiler.target_defines(msl_target),
+            *compiler.KERNEL_DEFINES, *msl_target.define_flags(),
             f"-fmax-type-align={compiler.POINTER_ALIGN}"]
 
 

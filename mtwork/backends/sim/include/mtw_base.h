@@ -18,10 +18,11 @@
 #ifdef __OPENCL_CPP_VERSION__
 // The address-space check (mtwork/backends/sim/compile/address_spaces.py) parses kernels as
 // C++ for OpenCL, whose address spaces are real: a conversion between two of them is an
-// error, as in Metal. Metal's four map to OpenCL's so that each pair stays distinct and the
-// implicit copy of an object works in each (OpenCL's generic space holds the named three).
-#define device __private
-#define constant __global
+// error, as in Metal. Local variables are OpenCL's __private (Metal's thread), so the three
+// named spaces take the other three; an unqualified pointer is OpenCL's generic space, which
+// holds __global and __local (the check finds those conversions in clang's AST).
+#define device __global
+#define constant __constant
 #define thread
 #define threadgroup __local
 #else

@@ -22,6 +22,15 @@
 #define queue_t __mtw_queue_t
 #define reserve_id_t __mtw_reserve_id_t
 #define clk_event_t __mtw_clk_event_t
+// OpenCL's atomic types are built in: Metal's (metal::atomic_uint, ...) would be ambiguous
+// beside them after `using namespace metal`.
+#define atomic_int __mtw_atomic_int
+#define atomic_uint __mtw_atomic_uint
+#define atomic_long __mtw_atomic_long
+#define atomic_ulong __mtw_atomic_ulong
+#define atomic_float __mtw_atomic_float
+#define atomic_double __mtw_atomic_double
+#define atomic_flag __mtw_atomic_flag
 
 // Metal has function pointers (MSL 2.3 and later) and the shim has variadic helpers.
 #pragma OPENCL EXTENSION __cl_clang_function_pointers : enable
