@@ -24,6 +24,13 @@ def kernel(top: str, body: str, args: str = "") -> str:
 
 HELPER = "float first({space}float* p) {{ return p[0]; }}\n"
 STRUCT = "struct S {{\n  float v;\n  float get() const {space}{{ return v; }}\n}};\n"
+CONSTRUCTOR = ("struct W {{\n  float v;\n  W({space}float& x) : v(2.0f * x) {{}}\n}};\n")
+# MLX's utils.h (read from the check's precompiled header) declares `row` thread int&; with
+# no groups it is not written.
+MLX_UTILS = '#include "mlx/backend/metal/kernels/utils.h"\n'
+SCHEDULE = ("int group = 0;\nshort rows = 0;\nbool found = schedule_row_tile<8>("
+            "(device const int32_t*)out, 0, 8, 0, i % 32, {row}, group, rows);")
+SCHEDULED = "out[i] = 2.0f * float(i) + (found ? 1.0f : 0.0f);"
 CONSTANT_STRUCT = ", constant S& s [[buffer(1)]]"
 
 CASES = {
@@ -57,6 +64,18 @@ CASES = {
                ", constant float* scale [[buffer(1)]]"),
         kernel(HELPER.format(space="constant "), "out[i] = first(scale) * float(i);",
                ", constant float* scale [[buffer(1)]]"), {"scale": SCALE}),
+    "device to a thread reference of a constructor": (
+        "address-space-conversion",
+        kernel(CONSTRUCTOR.format(space="thread "),
+               f"out[i] = float(i);\nW w(out[i]);  {MARK}\nout[i] = w.v;"),
+        kernel(CONSTRUCTOR.format(space="device "),
+               "out[i] = float(i);\nW w(out[i]);\nout[i] = w.v;"), {}),
+    "threadgroup to a thread reference of MLX's function": (
+        "address-space-conversion",
+        MLX_UTILS + kernel("", f"threadgroup int t[8];\n{SCHEDULE.format(row='t[i % 8]')}"
+                               f"  {MARK}\n{SCHEDULED}"),
+        MLX_UTILS + kernel("", f"int row = 0;\n{SCHEDULE.format(row='row')}\n{SCHEDULED}"),
+        {}),
     "an unmarked member function on a device object": (
         "member-address-space",
         kernel(STRUCT.format(space=""),

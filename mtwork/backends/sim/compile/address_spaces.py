@@ -4,19 +4,18 @@ implicitly or by a cast, and a member function is called only on objects in the 
 spaces it is declared for (an unmarked one is ``thread``'s).
 
 The emulator's build keeps no address spaces (its shim makes the words empty), so it
-accepts every mismatch. This check parses the program a second time, without building
-it, as C++ for OpenCL, whose address spaces are real types in clang: Metal's map onto
-OpenCL's (mtw_base.h: ``device`` to ``__global``, ``constant`` to ``__constant``,
-``threadgroup`` to ``__local``; ``thread`` is where local variables are, ``__private``,
-and an unqualified pointer, reference or member function is OpenCL's generic space). A
-conversion between two named spaces, or from ``constant`` to ``thread``, is then clang's
-error (`space_errors.py` reads them, leaving out what is the mapping's, not Metal's); one
-from ``device`` or ``threadgroup`` to ``thread``, which OpenCL's generic space allows, is
-found in clang's AST of the program (`conversions.py`). Only the author's code is
-reported, at the author's lines; every other difference between C++ for OpenCL and Metal
-is left to the build. From MSL 4.1, where an unqualified pointer is generic in Metal too
-(it may point to ``device``, ``threadgroup`` or ``thread`` memory, not ``constant``), only
-clang's errors are reported.
+accepts every mismatch. This check parses the program a second time, syntax only, as C++
+for OpenCL, whose address spaces are real types in clang: Metal's map onto OpenCL's
+(mtw_base.h: ``device`` to ``__global``, ``constant`` to ``__constant``, ``threadgroup``
+to ``__local``). Before MSL 4.1 the check turns off OpenCL's generic space, an optional
+feature of C++ for OpenCL 2021: a local variable and an unqualified pointer, reference or
+member function are then ``__private``, as they are Metal's ``thread``, and every
+conversion between the four spaces is clang's error (`space_errors.py` reads them, leaving
+out what is the mapping's, not Metal's). From MSL 4.1, where an unqualified pointer is
+generic in Metal too (it may point to ``device``, ``threadgroup`` or ``thread`` memory, not
+``constant``), the generic space stays on. Only the author's code is reported, at the
+author's lines; every other difference between C++ for OpenCL and Metal is left to the
+build.
 
 The sources are read as written, with the rewrites that are not about address spaces
 (`rewrite.rewrite_keeping_address_spaces`: threadgroup variables, function constants),
@@ -44,7 +43,6 @@ from ....msl.target import MslVersion
 from ....toolchain import builtin_headers, run_clang, toolchain_identity
 from . import precompiled
 from .compiler import SHIM_DIR, digest, shim_version
-from .conversions import Conversion, generic_conversions
 from .rewrite import rewrite_keeping_address_spaces
 from .sources import SourceTree, rewriters_digest, source_tree
 from .space_errors import Diagnostic, diagnostics, explains, metal_terms, rule_of
@@ -65,6 +63,12 @@ _LANGUAGE = ("-x", "clcpp", "-cl-std=clc++2021", "-cl-no-stdinc", "-ffreestandin
 _DIAGNOSTICS = ("-fsyntax-only", "-ferror-limit=0", "-Wno-everything", "-fno-caret-diagnostics",
                 "-fno-diagnostics-fixit-info", "-fno-color-diagnostics",
                 "-fno-diagnostics-show-option")
+# Before MSL 4.1 an unqualified pointer, reference or member function is Metal's `thread`:
+# without OpenCL's generic space (an optional feature of C++ for OpenCL 2021, with the two
+# that need it) it is the private space, so a conversion of device or threadgroup memory to
+# it is clang's error too.
+_PRIVATE = ("-Xclang", "-cl-ext=-__opencl_c_generic_address_space,-__opencl_c_pipes,"
+                       "-__opencl_c_device_enqueue")
 _DEFINES = ("-DMLX_METAL_JIT", "-D__HAVE_MTWORK_EMULATOR__=1")
 _CHECK_PRELUDE = SHIM_DIR / "mtw_check.h"
 _headers_lock = threading.Lock()
@@ -80,7 +84,7 @@ def _checker_digest() -> str:
     """The check's code: a change to how diagnostics are read checks anew."""
     here = Path(__file__).parent
     return digest(*(here.joinpath(f).read_text()
-                    for f in ("address_spaces.py", "space_errors.py", "conversions.py")))
+                    for f in ("address_spaces.py", "space_errors.py")))
 
 
 def for_check(text: str) -> str:
@@ -116,7 +120,9 @@ def check_headers_dir() -> Path:
 
 def _flags(program: Program) -> list[str]:
     """clang's flags for the check (the same for its precompiled header)."""
-    return [*_LANGUAGE, *_DEFINES, *program.msl_target.define_flags(),
+    private = program.msl_target.msl_version < _GENERIC_POINTERS
+    return [*_LANGUAGE, *(_PRIVATE if private else ()), *_DEFINES,
+            *program.msl_target.define_flags(),
             "-isystem", str(builtin_headers()), "-isystem", str(SHIM_DIR)]
 
 
@@ -197,17 +203,13 @@ def address_space_violations(program: Program, every_file: bool = False
         # need not validate it against them (which reads every header it holds).
         start = (list(_PRELUDE_INCLUDES) if pch is None else
                  ["-include-pch", str(pch), "-Xclang", "-fno-validate-pch"])
-        generic = program.msl_target.msl_version >= _GENERIC_POINTERS
-        dump = () if generic else ("-Xclang", "-ast-dump")
-        args = [*flags, *_DIAGNOSTICS, *dump, *includes, str(cpp)]
+        args = [*flags, *_DIAGNOSTICS, *includes, str(cpp)]
         result = run_clang([*start, *args], program.label, raw=True)
         if result.returncode != 0 and pch is not None and str(pch) in result.stderr:
             cachedir.discard(pch)  # unreadable: parse everything, and build it again later
             result = run_clang([*_PRELUDE_INCLUDES, *args], program.label, raw=True)
         places = _Places(program, tree, every_file)
         found = _violations(result.stderr, places)
-        if not generic and "AddressSpaceConversion" in result.stdout:
-            found = _merged(found, _conversion_violations(result.stdout, places))
         out = work / cached.name
         out.write_text(json.dumps([v.__dict__ for v in found]))
         cachedir.publish(out, cached)
@@ -252,7 +254,7 @@ class _Places:
             self.originals[name] = Path(name).read_text().split("\n")
         return self.originals.get(name, [])
 
-    def violation(self, rule: str, at: Diagnostic | Conversion, message: str) -> Violation:
+    def violation(self, rule: str, at: Diagnostic, message: str) -> Violation:
         """A finding at clang's place `at` (held to the rules), at the author's line and
         column."""
         name, line = self.place(at.file, at.line)  # type: ignore[misc]
@@ -301,33 +303,6 @@ def _violations(stderr: str, places: _Places) -> tuple[Violation, ...]:
         v = places.violation(rule, at, message)
         found.setdefault((v.file, v.line, rule), v)
     return tuple(found.values())
-
-
-def _conversion_violations(dump: str, places: _Places) -> tuple[Violation, ...]:
-    """The conversions of device and threadgroup memory to `thread` in clang's AST, at
-    the author's lines, into the author's functions and variables or MLX's (whose
-    declarations are Metal's); the shim's declare Metal's library once for every space,
-    and those read from a precompiled header are not in the AST."""
-    conversions, declared = generic_conversions(dump)
-    mlx = check_headers_dir()
-    found: dict[tuple, Violation] = {}
-    for c in conversions:
-        if places.place(c.file, c.line) is None:
-            continue
-        target = declared.get(c.target, "") if c.target is not None else None
-        if target is not None and places.place(target, 1) is None and not (
-                target and Path(target).is_relative_to(mlx)):
-            continue
-        v = places.violation(c.rule, c, c.message)
-        found.setdefault((v.file, v.line, c.rule), v)
-    return tuple(found.values())
-
-
-def _merged(first: tuple[Violation, ...], more: tuple[Violation, ...]
-            ) -> tuple[Violation, ...]:
-    """Both sets of findings, one per place and rule, in the order of the lines."""
-    kept = {(v.file, v.line, v.rule): v for v in (*more, *first)}
-    return tuple(sorted(kept.values(), key=lambda v: (v.file, v.line, v.column)))
 
 
 def _originals(program: Program) -> dict[str, list[str]]:

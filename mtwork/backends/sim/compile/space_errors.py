@@ -3,15 +3,15 @@ words.
 
 The check maps Metal's spaces onto C++ for OpenCL's (`address_spaces.py`): ``device`` to
 ``__global``, ``constant`` to ``__constant``, ``threadgroup`` to ``__local``, and ``thread``
-to ``__private`` (a local variable) or the generic space (an unqualified pointer,
-reference or member function). A conversion between two named spaces is clang's error, as
-it is Metal's; so is one from ``constant`` to the generic space, which does not hold it.
-Some of the latter are not Metal's errors, and are left out here:
+(a local variable; before MSL 4.1 also an unqualified pointer, reference or member
+function) to ``__private``. A conversion between two of them is clang's error, as it is
+Metal's. Some are not Metal's errors, and are left out here:
 
-- a copy of an object in constant memory: C++ for OpenCL's implicit copy constructor and
-  assignment take a generic reference, Metal copies from any space;
-- the shim's types and functions used on constant memory: Metal's own vectors, ``bfloat``
-  and library functions take every address space (the shim declares them once, generic);
+- a copy of an object from another space: C++ for OpenCL's implicit copy constructor and
+  assignment take a reference in one space, Metal copies from and to any;
+- the shim's types and functions used on memory in any space: Metal's own vectors,
+  ``bfloat`` and library functions take every address space (the shim declares them once),
+  and what clang finds inside the shim is the mapping's;
 - a string literal, which C++ for OpenCL puts in ``__constant``.
 """
 
@@ -65,7 +65,8 @@ _CONVERSION = re.compile(r"cannot pass pointer to address space|converts between
 _MEMBER = re.compile(r"'this' (?:object|argument)|object parameter of type")
 _TYPE_PAIR = re.compile(r"'([^']*)'[^']*'([^']*)'")
 _IMPLICIT_MEMBER = re.compile(r"\(the implicit (?:copy|move) (?:constructor|assignment "
-                              r"operator)\) not viable: .*address space '__constant'")
+                              r"operator)\) not viable: .*address space "
+                              r"'__(?:constant|global|local)'")
 _STRING = re.compile(r"__constant char\b")
 _CLASS = re.compile(r"^(?:\s*\b(?:const|volatile|__\w+)\b)*\s*(?:metal::)?(?P<name>\w+)")
 
@@ -76,6 +77,8 @@ def rule_of(d: Diagnostic, shim: Path) -> str | None:
     texts = [d.message, *(n.message for n in d.notes if not n.message.startswith("in "))]
     if any(p in d.message for p in _NOT_CONVERSIONS) or any(_STRING.search(t) for t in texts):
         return None
+    if _within(d.file, shim):
+        return None  # inside Metal's own library, which takes every address space
     if any(_IMPLICIT_MEMBER.search(n.message) for n in d.notes):
         return None  # a copy of an object in constant memory
     candidates = [n for n in d.notes if n.message.startswith("candidate")]
