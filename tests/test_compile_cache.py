@@ -87,6 +87,20 @@ def test_only_headers_included_once_go_in():
     assert _leading(tu) == (UTILS,)
 
 
+def test_function_constants_stop_the_list_at_the_first_header_that_names_one():
+    # Their values come before the file; the headers that never name one do not see them.
+    gemm = "mlx/backend/metal/kernels/steel/gemm/"
+    lib = mtwork.load_metal(f'#include "{UTILS}"\n#include "{gemm}gemm.h"\n'
+                            f'#include "{gemm}kernels/steel_gemm_fused.h"\n')
+    program = lib.kernel("gemm", template=("float", 32, 32, 16, 2, 2, False, False)).program
+    assert "#define __mtw_fc_align_M" in program.defines
+    tu, _ = translation_unit(program)
+    assert _leading(tu) == (UTILS, f"{gemm}gemm.h")
+    # The fused kernels name them (their rewritten function constants).
+    assert "__mtw_fc_" in (compiler.prelude_dir() / gemm / "kernels/steel_gemm_fused.h"
+                           ).read_text()
+
+
 def test_kernels_share_one_precompiled_header_per_flags():
     first, second = _scale(), _scale()
     tu, _ = translation_unit(_program(first))

@@ -35,6 +35,10 @@ __all__ = ["leading_headers", "precompiled_header", "run_from", "usable"]
 _MLX_INCLUDE = re.compile(r'#\s*include\s*"(mlx/backend/metal/kernels/[^"]+)"\s*$')
 # Lines that change nothing a later header sees: blanks, line comments, #line markers.
 _NEUTRAL = re.compile(r"\s*(?://.*)?$|\s*#\s*line\b")
+# A function constant's value (`msl/constants.py`): only code that names it can change.
+_CONSTANT_DEFINE = re.compile(r"\s*#\s*define\s+__mtw_fc_\w+")
+_CONSTANT_USE = "__mtw_fc_"
+_QUOTED_INCLUDE = re.compile(r'^\s*#\s*include\s*"([^"]+)"', re.M)
 _SHIM_INCLUDE = re.compile(r"\s*#\s*include\s*<(metal_\w+)>\s*$")
 _PRAGMA_ONCE = re.compile(r"^\s*#\s*pragma\s+once\b", re.M)
 # Validate by content: a checkout that rewrites a header with the same bytes (a new
@@ -52,12 +56,17 @@ def leading_headers(tu: Translation, shim_dir: Path, mlx_dir: Path) -> tuple[str
     own include of one then adds nothing (MLX's kernel headers, sort.h say, have none)."""
     found: list[str] = []
     scan = _Scan(_within_metal_types(shim_dir), mlx_dir)
-    for line in tu.head.splitlines()[1:]:  # the first is #include <metal_types>
-        if not scan.take(line, found):
-            return tuple(found)
+    head = tu.head.splitlines()[1:]  # the first is #include <metal_types>
+    # Function constants' values may come first: the headers that never name one go in.
+    constants = [line for line in head if _CONSTANT_DEFINE.match(line)]
+    for line in head:
+        if not _CONSTANT_DEFINE.match(line) and not scan.take(line, found):
+            return _before_constants(found, mlx_dir) if constants else tuple(found)
     for line in tu.sources.text.splitlines():
         if not scan.take(line, found):
             break
+    if constants:
+        found = list(_before_constants(found, mlx_dir))
     # A quoted include finds the author's header first, when there is one of that name
     # beside the main file or in the author's folders: the list ends before it.
     folders = list(tu.sources.search_dirs)
@@ -65,6 +74,33 @@ def leading_headers(tu: Translation, shim_dir: Path, mlx_dir: Path) -> tuple[str
         folders.append(tu.tree / tu.sources.path.parent.relative_to(tu.sources.path.anchor))
     shadowed = [i for i, h in enumerate(found) if any((d / h).exists() for d in folders)]
     return tuple(found[: shadowed[0]] if shadowed else found)
+
+
+def _before_constants(headers: list[str], mlx_dir: Path) -> tuple[str, ...]:
+    """`headers` up to the first that names a function constant's value, itself or by an
+    MLX header it includes."""
+    kept = []
+    for header in headers:
+        if _names_constants(mlx_dir / header, mlx_dir):
+            break
+        kept.append(header)
+    return tuple(kept)
+
+
+@cache
+def _names_constants(header: Path, mlx_dir: Path) -> bool:
+    seen, todo = set(), [header]
+    while todo:
+        path = todo.pop()
+        if path in seen or not path.is_file():
+            continue  # not an MLX header (the shim's name no constant)
+        seen.add(path)
+        text = path.read_text()
+        if _CONSTANT_USE in text:
+            return True
+        todo += [folder / name for name in _QUOTED_INCLUDE.findall(text)
+                 for folder in (mlx_dir, path.parent)]
+    return False
 
 
 @dataclass(frozen=True)
