@@ -13,17 +13,23 @@ a third new text. Printed per kernel, medians [min, max] over the rounds:
   CPU seconds over the compile's: what it costs the machine.
 
 A compile of a kernel compiled before reads both verdicts from the cache (the check is
-keyed by content like the kernel): it costs nothing there.
+keyed by content like the kernel): it costs nothing there. `--cold` times instead the first
+compile of the author's full-source kernel on an empty cache, without the check and with
+it (each in a new process and cache folder, in turn): what the check's one-time work (its
+copy of MLX's headers, its precompiled header) adds to the runtime's and the build's.
 
-    python bench/msl_check.py [--rounds 7]
+    python bench/msl_check.py [--rounds 7] [--cold]
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import resource
 import statistics
+import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from collections.abc import Callable
@@ -156,12 +162,40 @@ def measure(make: Callable[[str], Program], rounds: int) -> dict[str, list[float
     return out
 
 
+def cold_compile(checks: bool) -> None:
+    """One compile on the (empty) cache this process was given; prints its wall seconds."""
+    program = author_program(uuid.uuid4().hex)
+    wall, _ = timed(lambda: SimBackend(checks=checks).compile(program))
+    print(f"{wall:.3f}")
+
+
+def cold(rounds: int) -> None:
+    times: dict[bool, list[float]] = {False: [], True: []}
+    for r in range(rounds):
+        for checks in ((False, True) if r % 2 == 0 else (True, False)):
+            with tempfile.TemporaryDirectory() as cache:
+                out = subprocess.run([sys.executable, __file__, "--cold-step", str(checks)],
+                                     env={**os.environ, "MTWORK_CACHE_DIR": cache},
+                                     capture_output=True, text=True, check=True)
+                times[checks].append(float(out.stdout.strip().splitlines()[-1]))
+    ratio = [c / p for c, p in zip(times[True], times[False])]
+    print(f"cold compiles on sim (an empty cache), {rounds} rounds, medians [min, max]")
+    print(f"  without the check  {summary(times[False])} s")
+    print(f"  with the check     {summary(times[True])} s   with/without {summary(ratio, 2)}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--cold", action="store_true", help="first compiles, empty cache")
+    parser.add_argument("--cold-step", choices=("False", "True"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if mlx_include_dir() is None:
         raise SystemExit("the installed mlx has no Metal kernel headers")
+    if args.cold_step is not None:
+        return cold_compile(args.cold_step == "True")
+    if args.cold:
+        return cold(args.rounds)
     print(f"warm compiles on sim, {args.rounds} rounds, medians [min, max]")
     for label, make in KERNELS.items():
         m = measure(make, args.rounds)
