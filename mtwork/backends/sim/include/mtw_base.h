@@ -19,8 +19,8 @@
 // The address-space check (mtwork/backends/sim/compile/address_spaces.py) parses kernels as
 // C++ for OpenCL, whose address spaces are real: a conversion between two of them is an
 // error, as in Metal. Local variables are OpenCL's __private (Metal's thread), so the three
-// named spaces take the other three; an unqualified pointer is OpenCL's generic space, which
-// holds __global and __local (the check finds those conversions in clang's AST).
+// named spaces take the other three; before MSL 4.1 the check turns OpenCL's generic space
+// off, so an unqualified pointer is __private too, as it is thread in Metal.
 #define device __global
 #define constant __constant
 #define thread
