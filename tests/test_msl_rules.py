@@ -307,3 +307,27 @@ def test_the_editor_shows_a_broken_rule_at_its_line() -> None:
                         header="float scale = 2.0f;"))
     found = {(d.file, d.line, d.severity) for d in parse_diagnostics(caught.value.message)}
     assert found == {("source", 2, "error"), ("header", 1, "error")}
+
+
+def test_a_sweep_records_the_configuration_that_breaks_a_rule() -> None:
+    import mlx.core as mx
+
+    from mtwork.kernel import Launch
+    from mtwork.sweep import sweep
+
+    kernel = body_kernel("ACC acc = ACC(a[thread_position_in_grid.x]);\n"
+                         "out[thread_position_in_grid.x] = float(acc * ACC(2));")
+
+    def build(config) -> Launch:
+        return Launch(kernel, grid=(16, 1, 1), threadgroup=(16, 1, 1),
+                      output_shapes=[(16,)], output_dtypes=[mx.float32],
+                      defines={"ACC": config["acc"]})
+
+    result = sweep(build, {"acc": ["float", "double"]},
+                   inputs=[mx.arange(16, dtype=mx.float32)],
+                   oracle=lambda a, config: 2.0 * np.asarray(a, np.float64), rounds=1,
+                   progress=False)
+    records = {r.config["acc"]: r for r in result.records}
+    assert records["float"].status == "ok"
+    assert records["double"].status == "compile_error"
+    assert "MSL 3.2 §2.1" in records["double"].message and "[double]" in records["double"].message
