@@ -32,7 +32,7 @@ from .gpu.counters import Counters
 from .gpu.model import Estimate
 from .kernel import Launch
 from .library_kernel import LibraryLaunch
-from .modelled import estimate_of
+from .modelled import estimate_for, estimate_of
 from .oracle import DiffReport, diff
 from .sanitizer import SanitizerReport
 from .timing import Measurement, bench, output_arrays, wait_for
@@ -147,22 +147,29 @@ class Runner:
         self.chip = chip
         self.on_phase = on_phase or _quiet
 
-    def call(self, built: Any, sanitize: bool | str | None = None) -> Callable[[], Any]:
+    def call(self, built: Any, sanitize: bool | str | None = None,
+             profile: bool = False) -> Callable[[], Any]:
         """`built` (a `Launch` or `LibraryLaunch`, run on the runner's backend, or any
         callable) as a call on the runner's inputs."""
         if isinstance(built, LibraryLaunch):
-            return lambda: built(backend=self.backend, sanitize=sanitize)
+            return lambda: built(backend=self.backend, sanitize=sanitize, profile=profile)
         if isinstance(built, Launch):
-            return lambda: built(*self.inputs, backend=self.backend, sanitize=sanitize)
+            return lambda: built(*self.inputs, backend=self.backend, sanitize=sanitize,
+                                 profile=profile)
         if not callable(built):
             raise SweepError(f"build(config) must return an mtwork.Launch or a callable, "
                              f"got {type(built).__name__}")
         return lambda: built(*self.inputs)
 
+    def counts_first(self, built: Any) -> bool:
+        """Whether the first call of `built` is the model's profiled run too: on `sim`,
+        where a profiled call's outputs are a plain call's, so the model adds no call."""
+        return (self.chip is not None and not self.sanitize and self.backend == "sim"
+                and isinstance(built, (Launch, LibraryLaunch)))
+
     def run(self, built: Any, config: Mapping[str, Any]) -> Outcome:
         """Runs, checks and times `built` for `config`."""
         fn = self.call(built)
-        first = self.call(built, self.sanitize) if self.sanitize else fn
         expected = None
         if self.oracle and self.oracle.per_config:
             try:
@@ -177,8 +184,7 @@ class Runner:
         self.on_phase("running")
         start = time.perf_counter()
         try:
-            outputs = first()
-            wait_for(outputs, self.backend)
+            outputs, counted, model_note = self._first_call(built, fn)
         except UnknownParameterError:
             raise
         except Exception as exc:  # noqa: BLE001 - this configuration's outcome
@@ -187,7 +193,7 @@ class Runner:
             return failed
         outcome = Outcome(first_call_s=time.perf_counter() - start,
                           sanitizer=getattr(built, "sanitizer_report", None)
-                          if self.sanitize else None)
+                          if self.sanitize else None, model_note=model_note)
         if self.oracle:
             self.on_phase("checking")
             self._check(outcome, outputs, expected)
@@ -202,11 +208,45 @@ class Runner:
                 failed = outcome_of(exc)
                 failed.first_call_s, failed.diffs = outcome.first_call_s, outcome.diffs
                 return failed
-        if self.chip is not None and not self.sanitize:
+        if self.chip is not None and not self.sanitize and model_note is None:
             self.on_phase("modelling")
+            self._model(outcome, built, counted)
+        return outcome
+
+    def _model(self, outcome: Outcome, built: Any, counted: bool) -> None:
+        """The outcome's counters and modelled time: from the first call when it counted,
+        else from a profiled run now."""
+        assert self.chip is not None
+        if counted:
+            outcome.counters = built.last_counters
+            outcome.estimate, outcome.model_note = estimate_for(outcome.counters, self.chip)
+        else:
             outcome.counters, outcome.estimate, outcome.model_note = estimate_of(
                 built, self.inputs, self.chip)
-        return outcome
+
+    def _first_call(self, built: Any, fn: Callable[[], Any]
+                    ) -> tuple[Any, bool, str | None]:
+        """The first call's outputs; whether it counted for the model too (`counts_first`);
+        why the model is missing, when the profiled call failed and a plain one did not
+        (then its outputs are the plain call's)."""
+        if self.sanitize:
+            outputs = self.call(built, self.sanitize)()
+        elif self.counts_first(built):
+            try:
+                outputs = self.call(built, profile=True)()
+                wait_for(outputs, self.backend)
+                return outputs, True, None
+            except (UnknownParameterError, KernelCancelled):
+                raise
+            except Exception as exc:  # noqa: BLE001 - the model is missing, the run stands
+                note = f"not modelled: the profiled run raised {type(exc).__name__}: {exc}"
+                outputs = fn()
+                wait_for(outputs, self.backend)
+                return outputs, False, note
+        else:
+            outputs = fn()
+        wait_for(outputs, self.backend)
+        return outputs, False, None
 
     def _check(self, outcome: Outcome, outputs: Any, expected: Any) -> None:
         """Diffs outputs against the oracle's; marks the outcome wrong when they differ."""

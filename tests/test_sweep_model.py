@@ -284,20 +284,24 @@ def test_the_gpu_comes_from_mtwork_gpu_or_the_environment(monkeypatch) -> None:
 
 def test_each_passing_setting_is_profiled_once_and_a_cached_one_not_again(monkeypatch,
                                                                           tmp_path) -> None:
-    from mtwork import modelled
+    from mtwork.backends.sim import SimBackend
 
     profiled = []
-    real = modelled.counters_of
+    calls = []
+    real = SimBackend.dispatch
 
-    def counting(built, inputs=()):
-        profiled.append(built.template)
-        return real(built, inputs)
+    def dispatch(self, program, call):
+        (profiled if call.options.profile else calls).append(program.label)
+        return real(self, program, call)
 
-    monkeypatch.setattr(modelled, "counters_of", counting)
+    monkeypatch.setattr(SimBackend, "dispatch", dispatch)
     space = {"tile": [0, 8, 16]}
     cache = tmp_path / "once.jsonl"
     first = sweep(transpose, space, cache=cache, key="t4", **KW)
     assert len(profiled) == 3 and all(r.estimate for r in first.records)
+    # the profiled call is each setting's first, checked against the oracle: the model
+    # adds no call (warmup 1 and 2 rounds each)
+    assert len(calls) == 3 * 3
     profiled.clear()
     again = sweep(transpose, space, cache=cache, key="t4", **KW)
     assert profiled == [] and [r.modelled for r in again.records] == [

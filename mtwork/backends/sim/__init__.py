@@ -20,17 +20,19 @@ from `report.findings` when it ran, or the profiler's `Counters` from `report.pr
 
 from __future__ import annotations
 
+import math
 import os
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
 
 from ...dispatch import Completion, Dispatch, Engine, Fresh, Program
 from ...errors import KernelFault, KernelTimeout
+from ...gpu.counters import Counters
 from ...sanitizer import SanitizerError
 from ...toolchain import clang
 from .compile import compiler
@@ -38,12 +40,33 @@ from .compile.lockstep import needs_lockstep
 from .compile.sources import never_blocks, translation_unit
 from .count.instrument import Table
 from .engine import Engines, FastLibrary, check_same
-from .report import findings, profiling
+from .report import findings, kept, profiling, sampling
 from .run import abi, runtime
 from .run.isolation import Isolated, isolate_by_default
 from .run.memory import Memory
 
 __all__ = ["SimBackend"]
+
+# The profiler counts a sample of a dispatch's threadgroups (report/sampling.py) from this
+# many on; fewer are all counted, on both cores, which costs no more.
+SAMPLED_FROM = 8
+_RANGES_PER_GROUP = 1 << 20  # device access ranges a sampled threadgroup may record
+# A sample counts threadgroups one at a time, on one core; past a twelfth of them (or
+# this many) it gives up, and counting every one, on all cores, costs at most a sixth
+# more than it would have at once.
+_MOST_SAMPLED = 256
+PROFILER_MODES = ("sampled", "exact")
+
+
+def profiler_mode() -> str:
+    """$MTWORK_PROFILER: `sampled` (the default: a sample of the threadgroups counted where
+    it stands for all, report/sampling.py) or `exact` (every threadgroup counted)."""
+    mode = os.environ.get("MTWORK_PROFILER", "sampled").strip().lower() or "sampled"
+    if mode not in PROFILER_MODES:
+        raise ValueError(f"MTWORK_PROFILER must be one of {', '.join(PROFILER_MODES)}, "
+                         f"got {mode!r}")
+    return mode
+
 
 def _looks_barrier_free(program: Program) -> bool:
     """Whether the program's text never blocks (no barriers, SIMD-group functions or
@@ -174,13 +197,14 @@ class SimBackend:
                       place: Callable[[int, Fresh], np.ndarray] | None = None) -> Completion:
         """Runs `program` in this process; `place(index, fresh)` gives the memory of a
         fresh buffer (default: a new array)."""
+        if call.options.profile:
+            return self._profiled_call(program, call, place)
         sanitize = call.options.sanitize is not None
-        profile = call.options.profile
-        compiled = self.compile(program, sanitize=sanitize, profile=profile)
-        barrier_free = (not sanitize and not profile and _looks_barrier_free(program)
+        compiled = self.compile(program, sanitize=sanitize)
+        barrier_free = (not sanitize and _looks_barrier_free(program)
                         and compiled.library.path not in self._blocking)
-        fast, why = self._fast_library(program, compiled, _ON_FIBERS if sanitize else
-                                       _PROFILED if profile else None, barrier_free)
+        fast, why = self._fast_library(program, compiled, _ON_FIBERS if sanitize else None,
+                                       barrier_free)
         saved = None
         while True:
             memory = Memory(program, call, place)
@@ -191,8 +215,6 @@ class SimBackend:
                     fast.may_diverge or self._engines.comparing()))
             sanitizing = findings.describe_buffers(memory) if sanitize else None
             try:
-                if profile:
-                    return self._profiled(program, compiled, memory, call)
                 used = self._run(program, fast.library if fast else compiled.library, memory,
                                  call, barrier_free or fast is not None, sanitizing,
                                  lockstep=compiled.lockstep and fast is None)
@@ -257,34 +279,95 @@ class SimBackend:
         check_same(program.label, written, memory.written())
         return Completion(memory.written(), None, used, Engine("fast", "compared with fibers"))
 
+    def _profiled_call(self, program: Program, call: Dispatch,
+                       place: Callable[[int, Fresh], np.ndarray] | None) -> Completion:
+        """A profiled call: its counters (kept from an earlier count of the same kernel,
+        geometry and arguments, else counted on a sample of its threadgroups where that
+        stands for all, else on all of them) and its outputs (a plain call's, where the
+        count did not make them)."""
+        compiled = self.compile(program, profile=True)
+        how = profiler_mode()
+        name = kept.key(compiled.library.path, program.label, call,
+                        line_bytes=profiling.line_bytes(), how=how)
+        counters = kept.kept(name)
+        if counters is None and how == "sampled":
+            counters = self._sampled(program, compiled, call)
+            if counters is not None:
+                kept.keep(name, counters)
+        if counters is None:
+            done = self._profiled(program, compiled, Memory(program, call, place), call)
+            assert done.counters is not None
+            kept.keep(name, done.counters)
+            return done
+        plain = replace(call, options=replace(call.options, profile=False))
+        done = self.dispatch_here(program, plain, place)
+        done.counters = counters
+        return done
+
+    def _sampled(self, program: Program, compiled: _Compiled, call: Dispatch
+                 ) -> Counters | None:
+        """The counters of a dispatch from a sample of its threadgroups, each counted
+        alone on memory of its own (the bound buffers it may write are put back), or None
+        where the sample cannot stand for the whole (`report.sampling`)."""
+        assert compiled.table is not None
+        geometry = call.geometry
+        total = math.prod(geometry.threadgroups)
+        if total < SAMPLED_FROM:
+            return None
+        memory = Memory(program, call)
+        saved = memory.snapshot()
+        used = 0
+
+        def count(groups: list[int]) -> list[profiling.Profiled]:
+            nonlocal used
+            with profiling.counting(compiled.library, compiled.table, memory, geometry,
+                                    ranges=_RANGES_PER_GROUP * len(groups),
+                                    apart=groups) as counted:
+                used = max(used, self._run(program, compiled.library, memory, call, False,
+                                           None, lockstep=compiled.lockstep, groups=groups))
+            return counted
+
+        try:
+            whole, _, _ = sampling.whole(geometry.threadgroups, count,
+                                         budget=min(_MOST_SAMPLED,
+                                                    max(SAMPLED_FROM - 2, total // 12)),
+                                         line_bytes=profiling.line_bytes())
+        finally:
+            memory.restore(saved)
+        if whole is None:
+            return None
+        return profiling.counters(program.label, compiled.translation.sources,
+                                  compiled.library.path, compiled.table, whole, geometry, used)
+
     def _profiled(self, program: Program, compiled: _Compiled, memory: Memory,
                   call: Dispatch) -> Completion:
-        """One dispatch with the profiler counting (always on fibers: it needs to know
-        which thread runs)."""
+        """One dispatch with the profiler counting every threadgroup (always on fibers: it
+        needs to know which thread runs)."""
         assert compiled.table is not None
         with profiling.counting(compiled.library, compiled.table, memory,
                                 call.geometry) as counted:
             used = self._run(program, compiled.library, memory, call, False, None,
                              lockstep=compiled.lockstep)
         counters = profiling.counters(program.label, compiled.translation.sources,
-                                      compiled.library.path, compiled.table, counted,
+                                      compiled.library.path, compiled.table, counted[0],
                                       call.geometry, used)
         return Completion(memory.written(), None, used, Engine("fibers", _PROFILED),
                           counters)
 
     def _run(self, program: Program, library: runtime.KernelLibrary, memory: Memory,
              call: Dispatch, barrier_free: bool, sanitizing: abi.Sanitizing | None, *,
-             lockstep: bool = False) -> int:
-        """Runs the dispatch on `library` (`lockstep`: a lockstep build on fibers); time on
-        the fiber engine (not barrier-free, not sanitized) counts toward building the
-        kernel's fast library."""
+             lockstep: bool = False, groups: list[int] | None = None) -> int:
+        """Runs the dispatch on `library` (`lockstep`: a lockstep build on fibers; `groups`:
+        only those threadgroups); time on the fiber engine (not barrier-free, not sanitized)
+        counts toward building the kernel's fast library."""
         geometry = call.geometry
         clamped = tuple(min(t, g) for t, g in zip(geometry.threadgroup, geometry.grid))
         start = time.perf_counter()
         used = runtime.dispatch(
             library, program.label, memory.table, geometry.grid, clamped,
             tg_static_bytes=memory.threadgroup_bytes, timeout=call.options.timeout,
-            barrier_free=barrier_free, sanitizing=sanitizing, lockstep=lockstep)
+            barrier_free=barrier_free, sanitizing=sanitizing, lockstep=lockstep,
+            groups=groups)
         if not barrier_free and sanitizing is None:
             self._engines.ran_on_fibers(library.path, time.perf_counter() - start)
         return used

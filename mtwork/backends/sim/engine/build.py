@@ -36,7 +36,7 @@ from ..compile.translation import Translation
 from .ir import IRError
 from .transform import transform
 
-__all__ = ["Built", "build"]
+__all__ = ["Built", "build", "cached"]
 
 ENGINE_DIR = Path(__file__).parent
 # The front end's flags (its precompiled header is built with them), then its output.
@@ -139,10 +139,10 @@ def _compile(work: Path, tu: Translation, math_mode: str, label: str,
     return library, None
 
 
-def build(program: Program) -> Built:
-    """The fast engine's library for `program` (built once, then from the cache)."""
+def _target(program: Program) -> tuple[Translation, list[str], Path, Path]:
+    """The engine's translation unit for `program`, its include flags, and where its
+    library (or the note of its refusal) is cached."""
     tu, tree = translation_unit(program, launcher=engine_launcher)
-    label = program.label
     includes = [arg for d in tree.include_dirs for arg in ("-I", str(d))]
     # Keyed as the fiber engine's library is: by the prelude's folder too (MLX's headers
     # and the rewrites applied to them).
@@ -150,11 +150,32 @@ def build(program: Program) -> Built:
                           compiler.shim_version(), _engine_version(),
                           str(compiler.prelude_dir()), *includes)
     folder = cache_dir() / "engine"
-    target, refusal = folder / f"{key}.so", folder / f"{key}.refused"
+    return tu, includes, folder / f"{key}.so", folder / f"{key}.refused"
+
+
+def _from_cache(target: Path, refusal: Path) -> Built | None:
     if compiler.reusable(target):
         return Built(target)
     if compiler.reusable(refusal):
         return Built(None, refusal.read_text())
+    return None
+
+
+def cached(program: Program) -> Built | None:
+    """The fast engine's library for `program` (or its refusal) where the cache has it,
+    else None: nothing is built."""
+    _, _, target, refusal = _target(program)
+    return _from_cache(target, refusal)
+
+
+def build(program: Program) -> Built:
+    """The fast engine's library for `program` (built once, then from the cache)."""
+    tu, includes, target, refusal = _target(program)
+    label = program.label
+    found = _from_cache(target, refusal)
+    if found is not None:
+        return found
+    folder = target.parent
     folder.mkdir(parents=True, exist_ok=True)
     work = cachedir.work_dir()
     try:
