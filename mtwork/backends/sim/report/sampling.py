@@ -103,16 +103,16 @@ class GroupCount:
                               for s in profiled.sites)
         control = (tuple(profiled.lanes), tuple(profiled.simd), tuple(profiled.groups),
                    tuple(profiled.divergences), tuple(site_control))
-        keys = np.stack([ranges["pc"].astype(np.int64), ranges["buffer"].astype(np.int64),
-                         ranges["kind"].astype(np.int64)], axis=1)
-        unique, sites = (np.unique(keys, axis=0, return_inverse=True) if len(keys)
-                         else (np.zeros((0, 3), np.int64), np.zeros(0, np.int64)))
+        # one integer per (pc, buffer, kind): code offsets, 62 buffers and 3 kinds fit
+        keys = (ranges["pc"].astype(np.int64) << 8 | ranges["buffer"].astype(np.int64) << 2
+                | ranges["kind"].astype(np.int64))
+        unique, sites = np.unique(keys, return_inverse=True)
         shape = (ranges["pc"].tobytes(), ranges["buffer"].tobytes(), ranges["kind"].tobytes(),
                  ranges["access"].tobytes(), (ranges["hi"] - ranges["lo"]).tobytes())
         atomics = any(s.kind == KIND_ATOMIC and s.buffer != THREADGROUP
                       for s in profiled.sites)
         return cls(profiled, control, ranges, sites.reshape(-1),
-                   [tuple(int(v) for v in k) for k in unique], shape, atomics)
+                   [(int(k) >> 8, int(k) >> 2 & 63, int(k) & 3) for k in unique], shape, atomics)
 
     def same_work(self, other: GroupCount) -> bool:
         """Whether `other` runs the same blocks, branches and accesses, wherever its
@@ -151,7 +151,7 @@ class GiveUp(Exception):
 # Periods tried along a dimension whose threadgroups do not move by a constant from one
 # to the next: a threadgroup every `k` may (a block of `k` threadgroups reading one
 # quantised block's header, say).
-_PERIODS = (2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)
+_PERIODS = (2, 4, 8, 16, 32, 64, 3, 6, 12, 24, 48)
 
 
 class Sampler:
@@ -246,7 +246,8 @@ class Sampler:
 
         The same work at addresses that do not move by a constant: into every k-th slice
         where a slice k further moves by one (a period: a block of k threadgroups reading
-        one quantised block's header, say). Other work: once, off the first slice (the
+        one quantised block's header, say), and one more k moves it as far again. Other
+        work: once, off the first slice (the
         first threadgroup's own work) or the last (an edge tile) or in halves, but when
         the work changes again in a part (from one slice to the next, as a causal mask's
         trip counts do) the sample would be most of the grid: give up."""
@@ -254,9 +255,11 @@ class Sampler:
         corner = self.group(box.lo)
         if same_work:
             for k in _PERIODS:
-                if k >= n:
+                if 2 * k >= n:
                     break
-                if corner.shifts_to(self.group(box.at(_unit(d, k)))) is not None:
+                step = corner.shifts_to(self.group(box.at(_unit(d, k))))
+                twice = corner.shifts_to(self.group(box.at(_unit(d, 2 * k))))
+                if step is not None and twice is not None and np.array_equal(2 * step, twice):
                     return [box.part(d, r, len(range(r, n, k)), k) for r in range(k)]
         elif box.varied == d:
             raise GiveUp(f"the work changes from one threadgroup to the next along "
