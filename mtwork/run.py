@@ -2,11 +2,12 @@
 
 `mtwork.sweep`, the live editor and the notebooks all go through `Runner.run`, so a
 configuration means the same thing everywhere: the first call (compile included, timed
-apart), `mtwork.diff` of every output against the oracle's, then `timing.bench` when
-the outputs are right. What happens is an `Outcome`, never an exception: ``ok``,
-``wrong`` (not timed), ``compile_error``, ``fault`` (faults, deadlocks, timeouts,
-threadgroup memory), ``oracle_error`` (an oracle for this configuration raised) or
-``error`` (anything else, e.g. a launch the kernel API rejects). A kernel cancelled from
+apart; on `sim`, when the runner models, it is the profiled run too), `mtwork.diff` of
+every output against the oracle's, then `timing.bench` when the outputs are right. What
+happens is an `Outcome`, never an exception: ``ok``, ``wrong`` (not timed),
+``compile_error``, ``fault`` (faults, deadlocks, timeouts, threadgroup memory),
+``oracle_error`` (an oracle for this configuration raised) or ``error`` (anything else,
+e.g. a launch the kernel API rejects). A kernel cancelled from
 outside (`KernelCancelled`) is no outcome: it is raised to whoever stopped it.
 """
 
@@ -52,7 +53,8 @@ class Outcome:
     status: Status = "ok"
     diffs: list[DiffReport] = field(default_factory=list)
     measurement: Measurement | None = None
-    first_call_s: float | None = None  # the first call, compile included; not a sample
+    first_call_s: float | None = None  # the first call, compile (and the count, when it
+    # models on sim) included; not a sample
     error_type: str | None = None
     message: str | None = None
     checked: bool = False

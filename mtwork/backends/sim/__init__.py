@@ -9,7 +9,9 @@ Its rooms, each using only those listed before it:
 - `run/`: the runtime over ctypes, a dispatch's memory, the isolated worker process;
 - `report/`: what the runtime recorded as sanitizer findings and profiler counters;
 - `engine/`: the fast engine (kernels with barriers as loops over threads);
-- this module, `SimBackend`, over them all; `worker` is the worker process's main.
+- this module, `SimBackend`, over them all, with `profiled` (a profiled call: counters
+  kept, counted on a sample or on every threadgroup, and the outputs); `worker` is the
+  worker process's main.
 
 A dispatch goes: `compile.sources.translation_unit` (the rewritten files and a launcher)
 → `compile.compiler.compile_kernel` (a shared library, cached on disk) → `run.runtime.load`
@@ -20,53 +22,32 @@ from `report.findings` when it ran, or the profiler's `Counters` from `report.pr
 
 from __future__ import annotations
 
-import math
+import contextlib
 import os
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from ...dispatch import Completion, Dispatch, Engine, Fresh, Program
 from ...errors import KernelFault, KernelTimeout
-from ...gpu.counters import Counters
 from ...sanitizer import SanitizerError
 from ...toolchain import clang
+from . import profiled
 from .compile import compiler
 from .compile.lockstep import needs_lockstep
 from .compile.sources import never_blocks, translation_unit
 from .count.instrument import Table
 from .engine import Engines, FastLibrary, check_same
-from .report import findings, kept, profiling, sampling
+from .report import findings, profiling
 from .run import abi, runtime
 from .run.isolation import Isolated, isolate_by_default
 from .run.memory import Memory
 
 __all__ = ["SimBackend"]
-
-# The profiler counts a sample of a dispatch's threadgroups (report/sampling.py) from this
-# many on; fewer are all counted, on both cores, which costs no more.
-SAMPLED_FROM = 8
-_RANGES_PER_GROUP = 1 << 20  # device access ranges a sampled threadgroup may record
-# A sample counts threadgroups one at a time, on one core; past a twelfth of them (or
-# this many) it gives up, and counting every one, on all cores, costs at most a sixth
-# more than it would have at once.
-_MOST_SAMPLED = 256
-PROFILER_MODES = ("sampled", "exact")
-
-
-def profiler_mode() -> str:
-    """$MTWORK_PROFILER: `sampled` (the default: a sample of the threadgroups counted where
-    it stands for all, report/sampling.py) or `exact` (every threadgroup counted)."""
-    mode = os.environ.get("MTWORK_PROFILER", "sampled").strip().lower() or "sampled"
-    if mode not in PROFILER_MODES:
-        raise ValueError(f"MTWORK_PROFILER must be one of {', '.join(PROFILER_MODES)}, "
-                         f"got {mode!r}")
-    return mode
-
 
 def _looks_barrier_free(program: Program) -> bool:
     """Whether the program's text never blocks (no barriers, SIMD-group functions or
@@ -83,7 +64,7 @@ IDLE_SECONDS = 5.0
 # Why a call runs on the fiber engine whatever the kernel: its mode needs to know which
 # thread runs.
 _ON_FIBERS = "the sanitizer checks kernels on the fiber engine"
-_PROFILED = "the profiler counts kernels on the fiber engine"
+_PROFILED = profiled.ON_FIBERS
 
 
 # Why a lockstep kernel runs on fibers: the fast engine's region loops run a lane's code
@@ -102,7 +83,7 @@ def _needs_lockstep(program: Program) -> bool:
 
 
 @dataclass(frozen=True)
-class _Compiled:
+class Compiled:
     library: runtime.KernelLibrary
     translation: compiler.Translation
     table: Table | None = None  # profiled builds: what their blocks count
@@ -115,9 +96,9 @@ class SimBackend:
     name = "sim"
 
     def __init__(self) -> None:
-        self._compiled: dict[tuple[str, str, str], _Compiled] = {}
+        self._compiled: dict[tuple[str, str, str], Compiled] = {}
         # The same, by program: a cached call skips writing its translation unit.
-        self._by_program: dict[tuple[Program, str], _Compiled] = {}
+        self._by_program: dict[tuple[Program, str], Compiled] = {}
         self._lock = threading.Lock()
         self._blocking: set[Path] = set()  # libraries that blocked on the fast path
         self._isolated: Isolated | None = None
@@ -134,7 +115,7 @@ class SimBackend:
         return None
 
     def compile(self, program: Program, *, sanitize: bool = False,
-                profile: bool = False) -> _Compiled:
+                profile: bool = False) -> Compiled:
         """Compiles `program` (once per translation unit and variant: plain, sanitized or
         profiled); a `CompileError` quotes the author's files and lines."""
         variant = "profile" if profile else "sanitize" if sanitize else ""
@@ -153,7 +134,7 @@ class SimBackend:
                                        include_dirs=tree.include_dirs, sanitize=sanitize,
                                        profile=profile, lockstep=lockstep)
         table = profiling.load_table(path) if profile else None
-        compiled = _Compiled(runtime.load(path), tu, table, lockstep)
+        compiled = Compiled(runtime.load(path), tu, table, lockstep)
         with self._lock:
             self._compiled[key] = compiled
             if len(self._by_program) > _PROGRAMS_KEPT:
@@ -172,9 +153,27 @@ class SimBackend:
         if self._isolated is None:
             self._isolated = Isolated()
         self._isolated.start()  # a new worker imports while this process compiles
-        self.compile(program, sanitize=call.options.sanitize is not None,
-                     profile=call.options.profile)  # compile errors are raised here
+        if call.options.profile:
+            self.compile_profiled(program)  # compile errors are raised here
+        else:
+            self.compile(program, sanitize=call.options.sanitize is not None)
         return self._isolated.dispatch(program, call)
+
+    def compile_profiled(self, program: Program) -> Compiled:
+        """The profiled build of `program`, with its plain build (a profiled call's outputs
+        come from a plain call) compiled beside it in a thread: two clang processes, on two
+        cores, where one after the other took 1.2 s for a flash-attention setting."""
+
+        def plain() -> None:
+            with contextlib.suppress(Exception):  # the profiled build reports the error
+                self.compile(program)
+
+        beside = threading.Thread(target=plain, name=f"mtwork-compile-{program.label}")
+        beside.start()
+        try:
+            return self.compile(program, profile=True)
+        finally:
+            beside.join()
 
     def idle(self) -> None:
         """No kernel is left: the worker ends after `IDLE_SECONDS` unless one is used."""
@@ -198,7 +197,7 @@ class SimBackend:
         """Runs `program` in this process; `place(index, fresh)` gives the memory of a
         fresh buffer (default: a new array)."""
         if call.options.profile:
-            return self._profiled_call(program, call, place)
+            return profiled.call(self, program, call, place)
         sanitize = call.options.sanitize is not None
         compiled = self.compile(program, sanitize=sanitize)
         barrier_free = (not sanitize and _looks_barrier_free(program)
@@ -215,9 +214,9 @@ class SimBackend:
                     fast.may_diverge or self._engines.comparing()))
             sanitizing = findings.describe_buffers(memory) if sanitize else None
             try:
-                used = self._run(program, fast.library if fast else compiled.library, memory,
-                                 call, barrier_free or fast is not None, sanitizing,
-                                 lockstep=compiled.lockstep and fast is None)
+                used = self.run_dispatch(program, fast.library if fast else compiled.library,
+                                         memory, call, barrier_free or fast is not None,
+                                         sanitizing, lockstep=compiled.lockstep and fast is None)
             except runtime.NeedsFibers as stop:
                 if fast is not None:  # the threads did not reach the same barrier
                     why = self._engines.needs_fibers(compiled.library.path, str(stop))
@@ -253,7 +252,7 @@ class SimBackend:
             self._engines.record(program.label, done.engine)  # type: ignore[arg-type]
             return done
 
-    def _fast_library(self, program: Program, compiled: _Compiled, on_fibers: str | None,
+    def _fast_library(self, program: Program, compiled: Compiled, on_fibers: str | None,
                       barrier_free: bool) -> tuple[FastLibrary | None, str]:
         """The fast engine's library for a kernel that blocks, or why there is none
         (`on_fibers`: the call's mode needs the fiber engine, for this reason)."""
@@ -266,7 +265,7 @@ class SimBackend:
         return self._engines.library(program, compiled.library.path)
 
     def _compared(self, program: Program, call: Dispatch,
-                  place: Callable[[int, Fresh], np.ndarray] | None, compiled: _Compiled,
+                  place: Callable[[int, Fresh], np.ndarray] | None, compiled: Compiled,
                   fast: Memory, saved: dict[int, np.ndarray] | None, used: int) -> Completion:
         """$MTWORK_SIM_ENGINE=compare: the dispatch run again on fibers, whose bytes must
         be those the fast engine wrote; the fiber engine's buffers are returned."""
@@ -274,89 +273,15 @@ class SimBackend:
         memory = Memory(program, call, place)
         if saved is not None:
             memory.restore(saved)
-        self._run(program, compiled.library, memory, call, False, None,
+        self.run_dispatch(program, compiled.library, memory, call, False, None,
                   lockstep=compiled.lockstep)
         check_same(program.label, written, memory.written())
         return Completion(memory.written(), None, used, Engine("fast", "compared with fibers"))
 
-    def _profiled_call(self, program: Program, call: Dispatch,
-                       place: Callable[[int, Fresh], np.ndarray] | None) -> Completion:
-        """A profiled call: its counters (kept from an earlier count of the same kernel,
-        geometry and arguments, else counted on a sample of its threadgroups where that
-        stands for all, else on all of them) and its outputs (a plain call's, where the
-        count did not make them)."""
-        compiled = self.compile(program, profile=True)
-        how = profiler_mode()
-        name = kept.key(compiled.library.path, program.label, call,
-                        line_bytes=profiling.line_bytes(), how=how)
-        counters = kept.kept(name)
-        if counters is None and how == "sampled":
-            counters = self._sampled(program, compiled, call)
-            if counters is not None:
-                kept.keep(name, counters)
-        if counters is None:
-            done = self._profiled(program, compiled, Memory(program, call, place), call)
-            assert done.counters is not None
-            kept.keep(name, done.counters)
-            return done
-        plain = replace(call, options=replace(call.options, profile=False))
-        done = self.dispatch_here(program, plain, place)
-        done.counters = counters
-        return done
-
-    def _sampled(self, program: Program, compiled: _Compiled, call: Dispatch
-                 ) -> Counters | None:
-        """The counters of a dispatch from a sample of its threadgroups, each counted
-        alone on memory of its own (the bound buffers it may write are put back), or None
-        where the sample cannot stand for the whole (`report.sampling`)."""
-        assert compiled.table is not None
-        geometry = call.geometry
-        total = math.prod(geometry.threadgroups)
-        if total < SAMPLED_FROM:
-            return None
-        memory = Memory(program, call)
-        saved = memory.snapshot()
-        used = 0
-
-        def count(groups: list[int]) -> list[profiling.Profiled]:
-            nonlocal used
-            with profiling.counting(compiled.library, compiled.table, memory, geometry,
-                                    ranges=_RANGES_PER_GROUP * len(groups),
-                                    apart=groups) as counted:
-                used = max(used, self._run(program, compiled.library, memory, call, False,
-                                           None, lockstep=compiled.lockstep, groups=groups))
-            return counted
-
-        try:
-            whole, _, _ = sampling.whole(geometry.threadgroups, count,
-                                         budget=min(_MOST_SAMPLED,
-                                                    max(SAMPLED_FROM - 2, total // 12)),
-                                         line_bytes=profiling.line_bytes())
-        finally:
-            memory.restore(saved)
-        if whole is None:
-            return None
-        return profiling.counters(program.label, compiled.translation.sources,
-                                  compiled.library.path, compiled.table, whole, geometry, used)
-
-    def _profiled(self, program: Program, compiled: _Compiled, memory: Memory,
-                  call: Dispatch) -> Completion:
-        """One dispatch with the profiler counting every threadgroup (always on fibers: it
-        needs to know which thread runs)."""
-        assert compiled.table is not None
-        with profiling.counting(compiled.library, compiled.table, memory,
-                                call.geometry) as counted:
-            used = self._run(program, compiled.library, memory, call, False, None,
-                             lockstep=compiled.lockstep)
-        counters = profiling.counters(program.label, compiled.translation.sources,
-                                      compiled.library.path, compiled.table, counted[0],
-                                      call.geometry, used)
-        return Completion(memory.written(), None, used, Engine("fibers", _PROFILED),
-                          counters)
-
-    def _run(self, program: Program, library: runtime.KernelLibrary, memory: Memory,
-             call: Dispatch, barrier_free: bool, sanitizing: abi.Sanitizing | None, *,
-             lockstep: bool = False, groups: list[int] | None = None) -> int:
+    def run_dispatch(self, program: Program, library: runtime.KernelLibrary,
+                     memory: Memory, call: Dispatch, barrier_free: bool,
+                     sanitizing: abi.Sanitizing | None, *, lockstep: bool = False,
+                     groups: list[int] | None = None) -> int:
         """Runs the dispatch on `library` (`lockstep`: a lockstep build on fibers; `groups`:
         only those threadgroups); time on the fiber engine (not barrier-free, not sanitized)
         counts toward building the kernel's fast library."""
@@ -372,7 +297,7 @@ class SimBackend:
             self._engines.ran_on_fibers(library.path, time.perf_counter() - start)
         return used
 
-    def _raise_with_report(self, program: Program, compiled: _Compiled,
+    def _raise_with_report(self, program: Program, compiled: Compiled,
                            sanitizing: abi.Sanitizing, memory: Memory,
                            fault: KernelFault) -> None:
         """A sanitized kernel that faulted has no outputs: its report, with the fault
