@@ -106,6 +106,14 @@ TRIANGLE = """
     for (uint j = 0; j <= row; ++j) s += x[j * 32 + t];
     out[row * 32 + t] = s;
 """
+# The same per head (y): row r of head h reads r + 1 elements of that head's column.
+TRIANGLE_HEADS = """
+    uint row = threadgroup_position_in_grid.x, head = threadgroup_position_in_grid.y;
+    uint t = thread_position_in_threadgroup.x;
+    float s = 0.0f;
+    for (uint j = 0; j <= row; ++j) s += x[(head * 16 + j) * 32 + t];
+    out[(head * 16 + row) * 32 + t] = s;
+"""
 ATOMIC_COUNT = """
     uint i = thread_position_in_grid.x;
     if (x[i] > 0.0f) atomic_fetch_add_explicit(&out[0], 1, memory_order_relaxed);
@@ -172,6 +180,18 @@ def test_work_that_changes_from_threadgroup_to_threadgroup_is_counted_whole(
     assert sampled == exact
     assert "the work changes from one threadgroup to the next" in seen["reason"]
     assert seen["counted"] <= 6  # two boxes tried: the whole, and all but its first slice
+
+
+def test_work_that_changes_along_one_dimension_only_is_counted_slice_by_slice(
+        both_ways) -> None:
+    kernel = mtwork.metal_kernel("sample_triangle_heads", ["x"], ["out"], TRIANGLE_HEADS)
+    exact, sampled, seen = both_ways(
+        kernel, inputs=[mx.ones((16 * 16 * 32,))], grid=(16 * 32, 16, 1),
+        threadgroup=(32, 1, 1), output_shapes=[(16 * 16 * 32,)], output_dtypes=[mx.float32])
+    assert sampled == exact
+    # a corner per row, the step across the first row's heads, three rows checked, and
+    # the first row, split off before the work was seen to change row by row
+    assert not seen["reason"] and seen["counted"] <= 16 + 10 < 16 * 16 // 3
 
 
 def test_device_atomics_are_counted_whole(both_ways) -> None:

@@ -32,11 +32,14 @@ __all__ = ["MODES", "ON_FIBERS", "SAMPLED_FROM", "call", "mode"]
 MODES = ("sampled", "exact")
 ON_FIBERS = "the profiler counts kernels on the fiber engine"
 # The profiler counts a sample of a dispatch's threadgroups from this many on; fewer are
-# all counted, which costs no more.
-SAMPLED_FROM = 8
+# all counted, which costs little more than a sample's checks would.
+SAMPLED_FROM = 24
 _RANGES_PER_GROUP = 1 << 20  # device access ranges a sampled threadgroup may record
-# Past a twelfth of the threadgroups (or this many) a sample gives up, and counting every
-# one then costs at most about a twelfth more than it would have at once.
+# A sample gives up past a twelfth of the threadgroups (at least _FEWEST_BUDGET: a box of
+# three dimensions checked, and where it failed; at most _MOST_SAMPLED), and counting every
+# one then costs at most a twelfth more than it would have at once (a third on the
+# smallest grids). Counting slice by slice, it may take a third of them.
+_FEWEST_BUDGET = 8
 _MOST_SAMPLED = 256
 
 
@@ -98,7 +101,7 @@ def _sampled(backend: SimBackend, program: Program, compiled: Compiled, dispatch
     try:
         whole, _, _ = sampling.whole(
             geometry.threadgroups, count,
-            budget=min(_MOST_SAMPLED, max(SAMPLED_FROM - 2, total // 12)),
+            budget=min(_MOST_SAMPLED, max(_FEWEST_BUDGET, total // 12)),
             line_bytes=profiling.line_bytes())
     finally:
         memory.restore(saved)
