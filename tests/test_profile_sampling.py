@@ -5,8 +5,10 @@ The conformance and family tests run in a child interpreter with a plugin
 (tests/helpers/profile_compare.py) that profiles each of their dispatches both ways:
 wherever the sample stands for the whole, the counters must be identical to the exact
 ones, field by field, and the sample must have counted fewer threadgroups than there are
-on the kernels whose threadgroups all do the same work. By default a representative part
-runs; `-m slow` runs it all. Then the sample's own rules, on kernels written for them.
+on the kernels whose threadgroups all do the same work. The tests' grids are small, so
+there the sample is taken from two threadgroups on (not from `profiled.SAMPLED_FROM`).
+By default a representative part runs; `-m slow` runs it all. Then the sample's own
+rules, on kernels written for them.
 """
 
 from __future__ import annotations
@@ -59,10 +61,11 @@ def check(rows: list[dict], sampled_at_least: int) -> None:
         f"  {r['kernel']} ({r['groups']} threadgroups, {r.get('counted')} counted): "
         f"{r['differ']}" for r in differing[:20])
     sampled = [r for r in compared if r.get("counted") and not r.get("reason")]
-    print(f"{len(compared)} dispatches compared, {len(sampled)} from a sample; kernels "
-          f"counted whole: {sorted({r['kernel'] for r in compared if r.get('reason')})}")
-    assert len(sampled) >= sampled_at_least, f"only {len(sampled)} dispatches were sampled"
-    assert all(r["counted"] < r["groups"] for r in sampled)
+    fewer = [r for r in sampled if r["counted"] < r["groups"]]
+    print(f"{len(compared)} dispatches compared, {len(sampled)} from a sample ({len(fewer)} "
+          f"counting fewer threadgroups than the grid has); counted whole: "
+          f"{sorted({r['kernel'] for r in compared if r.get('reason')})}")
+    assert len(fewer) >= sampled_at_least, f"only {len(fewer)} dispatches were sampled"
 
 
 def test_representative_kernels_count_the_same_from_a_sample(tmp_path: Path) -> None:

@@ -1,6 +1,7 @@
 """A pytest plugin for tests/test_profile_sampling.py's child interpreter: every dispatch
 the tests make (in this process: $MTWORK_ISOLATE=0) is first profiled twice, on a sample
-of its threadgroups and on every threadgroup, nothing taken from counters kept earlier,
+of its threadgroups (of two or more) and on every threadgroup, nothing taken from counters
+kept earlier,
 and one JSON line per dispatch goes to $MTWORK_PROFILE_COMPARE_LOG: the kernel, its
 threadgroups, how many the sample counted (or why it counted every one) and whether the
 two counts are the same (the fields that differ when not). The bound buffers a kernel
@@ -14,7 +15,7 @@ import math
 import os
 from dataclasses import replace
 
-from mtwork.backends.sim import SimBackend
+from mtwork.backends.sim import SimBackend, profiled
 from mtwork.backends.sim.report import kept, sampling
 from mtwork.backends.sim.run.memory import Memory
 from mtwork.errors import EmulatorUnavailable, KernelFault
@@ -59,6 +60,9 @@ def pytest_configure(config) -> None:
     real = SimBackend.dispatch_here
     kept.kept = lambda name: None  # count, do not recall
     kept.keep = lambda name, counters: None
+    # the tests' grids are small: sample from two threadgroups on, so that the sample's
+    # way of counting is what is compared with the exact one
+    profiled.SAMPLED_FROM = 2
 
     comparing = []  # a profiled call's own plain call is not compared again
 
