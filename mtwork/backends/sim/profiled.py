@@ -88,11 +88,11 @@ def _sampled(backend: SimBackend, program: Program, compiled: Compiled, dispatch
     saved = memory.snapshot()
     used = 0
 
-    def count(groups: list[int]) -> list[profiling.Profiled]:
+    def count(groups: list[int], checked: list[bool]) -> list[profiling.Profiled]:
         nonlocal used
         with profiling.counting(compiled.library, compiled.table, memory, geometry,
-                                ranges=_RANGES_PER_GROUP * len(groups),
-                                apart=groups) as counted:
+                                ranges=_RANGES_PER_GROUP * len(groups), apart=groups,
+                                checked=checked) as counted:
             used = max(used, backend.run_dispatch(program, compiled.library, memory, dispatch,
                                                   False, None, lockstep=compiled.lockstep,
                                                   groups=groups))

@@ -63,6 +63,9 @@ class GroupCount:
 
     profiled: Profiled
     control: tuple  # everything that must be equal in a threadgroup that stands for it
+    checked: tuple  # the same, where one of the two was only checked (its threadgroup-
+    # memory accesses and branches hashed, not counted): device accesses, block
+    # executions, and the hashes of threadgroup-memory accesses and of branches
     ranges: np.ndarray  # profiling.RANGE records, in the order counted
     sites: np.ndarray  # [ranges]: the index of each range's site in `site_keys`
     site_keys: list[tuple[int, int, int]]  # (pc, buffer, kind) of each device site
@@ -76,8 +79,11 @@ class GroupCount:
         site_control = sorted((int(s.pc), int(s.buffer), int(s.kind), int(s.accesses),
                                int(s.bytes), int(s.wavefronts), int(s.conflicts))
                               for s in profiled.sites)
-        control = (tuple(profiled.lanes), tuple(profiled.simd), tuple(profiled.groups),
-                   tuple(profiled.divergences), tuple(site_control))
+        blocks = (tuple(profiled.lanes), tuple(profiled.simd), tuple(profiled.groups))
+        control = (*blocks, tuple(profiled.divergences), tuple(site_control),
+                   profiled.hashes)
+        device = tuple(site for site in site_control if site[1] != THREADGROUP)
+        checked = (*blocks, device, profiled.hashes)
         # one integer per (pc, buffer, kind): code offsets, 62 buffers and 3 kinds fit
         keys = (ranges["pc"].astype(np.int64) << 8 | ranges["buffer"].astype(np.int64) << 2
                 | ranges["kind"].astype(np.int64))
@@ -86,13 +92,21 @@ class GroupCount:
                  ranges["access"].tobytes(), (ranges["hi"] - ranges["lo"]).tobytes())
         atomics = any(s.kind == KIND_ATOMIC and s.buffer != THREADGROUP
                       for s in profiled.sites)
-        return cls(profiled, control, ranges, sites.reshape(-1),
+        return cls(profiled, control, checked, ranges, sites.reshape(-1),
                    [(int(k) >> 8, int(k) >> 2 & 63, int(k) & 3) for k in unique], shape, atomics)
+
+    @property
+    def only_checked(self) -> bool:
+        return self.profiled.checked
 
     def same_work(self, other: GroupCount) -> bool:
         """Whether `other` runs the same blocks, branches and accesses, wherever its
-        accesses fall."""
-        return other.control == self.control and other.shape == self.shape
+        device accesses fall (its threadgroup-memory accesses where these are)."""
+        if other.shape != self.shape:
+            return False
+        if self.only_checked or other.only_checked:
+            return other.checked == self.checked
+        return other.control == self.control
 
     def shifts_to(self, other: GroupCount) -> np.ndarray | None:
         """Per site, how far `other`'s ranges lie from these (the same at every range of

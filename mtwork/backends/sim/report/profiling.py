@@ -65,7 +65,8 @@ class _Profile(ctypes.Structure):
                 ("distinct_lines", ctypes.c_void_p), ("sites", ctypes.c_void_p),
                 ("ranges", ctypes.c_void_p), ("max_ranges", ctypes.c_uint64),
                 ("range_count", ctypes.c_void_p), ("nslots", ctypes.c_uint32),
-                ("slot_group", ctypes.c_void_p), ("slot_site_count", ctypes.c_void_p)]
+                ("slot_group", ctypes.c_void_p), ("slot_site_count", ctypes.c_void_p),
+                ("slot_checked", ctypes.c_void_p), ("slot_hashes", ctypes.c_void_p)]
 
 
 # mtw_profile_range: one byte range of a SIMD-group access of device memory.
@@ -108,6 +109,10 @@ class Profiled:
     # Asked for (`counting(ranges=...)`): every device access's byte ranges (`RANGE`).
     ranges: np.ndarray | None = None
     sizes: list[int] = field(default_factory=list)  # the buffers' bytes, by index
+    # Counted apart: whether only checked (its threadgroup-memory accesses and branches
+    # hashed, not counted), and its hashes of those (threadgroup memory, branches).
+    checked: bool = False
+    hashes: tuple[int, int] = (0, 0)
 
 
 def _buffers(memory: Memory) -> tuple[ctypes.Array, list[str]]:
@@ -128,13 +133,14 @@ def _buffers(memory: Memory) -> tuple[ctypes.Array, list[str]]:
 
 @contextmanager
 def counting(library: runtime.KernelLibrary, table: Table, memory: Memory,
-             geometry: Geometry, *, ranges: int = 0, apart: Sequence[int] = ()
-             ) -> Iterator[list[Profiled]]:
+             geometry: Geometry, *, ranges: int = 0, apart: Sequence[int] = (),
+             checked: Sequence[bool] = ()) -> Iterator[list[Profiled]]:
     """Arms the runtime's profiler for the dispatch run inside the block; afterwards the
     list it yields holds the counts: of the whole dispatch, or of each threadgroup in
-    `apart` (linear indices; the dispatch must run only those), and with `ranges` (room
-    for that many) the byte ranges of every device access. One profiled dispatch at a
-    time."""
+    `apart` (linear indices; the dispatch must run only those; `checked`: which of them
+    are only checked against another, their threadgroup-memory accesses and branches
+    hashed and not counted), and with `ranges` (room for that many) the byte ranges of
+    every device access. One profiled dispatch at a time."""
     rt = _profiler()
     infos, names = _buffers(memory)
     blocks, branches, slots = len(table.blocks), len(table.branches), max(1, len(apart))
@@ -147,6 +153,9 @@ def counting(library: runtime.KernelLibrary, table: Table, memory: Memory,
     range_count = ctypes.c_uint64(0)
     chosen = _array(ctypes.c_uint64, len(apart))
     chosen[:len(apart)] = list(apart)
+    only_checked = _array(ctypes.c_uint8, len(apart))
+    only_checked[:len(checked)] = [int(c) for c in checked]
+    hashes = _array(ctypes.c_uint64, 2 * len(apart))
     profile = _Profile(
         entry=library.entry, buffers=ctypes.cast(infos, ctypes.c_void_p).value,
         nbuffers=len(names), line_bytes=line_bytes(),
@@ -159,7 +168,8 @@ def counting(library: runtime.KernelLibrary, table: Table, memory: Memory,
         distinct_lines=ctypes.addressof(distinct), sites=ctypes.addressof(sites),
         ranges=recorded.ctypes.data if ranges else None, max_ranges=ranges,
         range_count=ctypes.addressof(range_count), nslots=len(apart),
-        slot_group=ctypes.addressof(chosen), slot_site_count=ctypes.addressof(site_count))
+        slot_group=ctypes.addressof(chosen), slot_site_count=ctypes.addressof(site_count),
+        slot_checked=ctypes.addressof(only_checked), slot_hashes=ctypes.addressof(hashes))
     out: list[Profiled] = []
     with _lock:
         if rt.mtw_profile_arm(ctypes.byref(profile)) != 0:
@@ -187,7 +197,10 @@ def counting(library: runtime.KernelLibrary, table: Table, memory: Memory,
         mine = None if kept is None else kept[kept["slot"] == k] if apart else kept
         out.append(Profiled(names, distinct_lines=list(distinct[:len(names)]),
                             sites=list(sites[k * _MAX_SITES:k * _MAX_SITES + count]),
-                            ranges=mine, sizes=[int(i.size) for i in infos], **per))
+                            ranges=mine, sizes=[int(i.size) for i in infos],
+                            checked=bool(only_checked[k]) if apart else False,
+                            hashes=(hashes[2 * k], hashes[2 * k + 1]) if apart else (0, 0),
+                            **per))
 
 
 def line_bytes() -> int:

@@ -8,14 +8,16 @@ each apart with the byte ranges of every device access (`profiling.counting(apar
 ranges=...)`, those a box needs in one dispatch, on all cores), and takes a box of the
 grid to count as its corner does (`combine.py`) when the threadgroups checked in it agree:
 
-- a box's corner `c`, and `c + e_d` along each dimension the box spans, are counted; the
-  second, against the first, gives each access site's step `Δ_d`: how far its ranges move
-  per threadgroup along `d`;
-- the box's far corner, and one more threadgroup inside a box of 8 or more (chosen by a
-  hash of the box, so every run picks the same), are counted and must match: the same
-  blocks run as often by each lane, the same branches diverge, the same accesses with the
-  same bytes and threadgroup-memory wavefronts, and every device range at the corner's
-  moved by `Σ_d (g_d - c_d) Δ_d` (per site).
+- a box's corner `c` is counted in full; `c + e_d` along each dimension the box spans
+  (but the last of a box of 8 or more, whose step the far corner gives) gives each
+  access site's step `Δ_d`: how far its ranges move per threadgroup along `d`;
+- the box's far corner (of a box of 8 or more: a threadgroup inside it, chosen by a hash
+  of the box, so every run picks the same) must match: the same blocks run as often by
+  each lane, the same accesses of device memory with the same bytes, every device range
+  at the corner's moved by `Σ_d (g_d - c_d) Δ_d` (per site), and the same accesses of
+  threadgroup memory and branches, one after the other, as the corner's (compared by a
+  hash of each sequence: the threadgroups only checked are not lined up into SIMD-group
+  issues, which is most of a count's cost).
 
 A box that fails is split along the dimension that failed (`Sampler._parts`): where the
 work is the same at addresses that do not move by a constant, into every k-th slice (a
@@ -38,7 +40,7 @@ from __future__ import annotations
 
 import math
 import zlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 
 import numpy as np
 
@@ -63,28 +65,40 @@ _PERIODS = (2, 4, 8, 16, 32, 64, 3, 6, 12, 24, 48)
 
 class Sampler:
     """Splits a grid of threadgroups into boxes that each count as their corner does.
-    `count(linear_index)` counts one threadgroup (x fastest); at most `budget` are
-    counted."""
+    `count(indices, checked)` counts threadgroups (linear indices, x fastest), each apart,
+    those `checked` only to compare them with another (`profiling.counting`); at most
+    `budget` are counted. Only the corners that stand for boxes are counted in full."""
 
-    def __init__(self, groups: Point, count: Callable[[list[int]], list[Profiled]],
-                 budget: int):
+    def __init__(self, groups: Point,
+                 count: Callable[[list[int], list[bool]], list[Profiled]], budget: int):
         self.groups, self._count, self.budget = groups, count, budget
         self.counted: dict[Point, GroupCount] = {}
 
     def group(self, p: Point) -> GroupCount:
+        """Threadgroup `p` counted in full."""
         self.count([p])
         return self.counted[p]
 
-    def count(self, points: list[Point]) -> None:
-        """Counts the threadgroups of `points` not counted yet, together (each apart)."""
-        new = list(dict.fromkeys(p for p in points if p not in self.counted))
+    def probe(self, p: Point) -> GroupCount:
+        """Threadgroup `p` counted at least to be compared with another."""
+        self.count([], [p])
+        return self.counted[p]
+
+    def count(self, full: list[Point], checked: Sequence[Point] = ()) -> None:
+        """Counts, in one dispatch, the threadgroups of `full` not yet counted in full and
+        those of `checked` not yet counted at all."""
+        new = [(p, False) for p in dict.fromkeys(full)
+               if p not in self.counted or self.counted[p].only_checked]
+        new += [(p, True) for p in dict.fromkeys(checked)
+                if p not in self.counted and p not in full]
         if not new:
             return
-        if len(self.counted) + len(new) > self.budget:
+        if len(set(self.counted) | {p for p, _ in new}) > self.budget:
             raise GiveUp(f"more than {self.budget} threadgroups to count")
         gx, gy, _ = self.groups
-        for p, profiled in zip(new, self._count([p[0] + gx * (p[1] + gy * p[2])
-                                                 for p in new])):
+        counted = self._count([p[0] + gx * (p[1] + gy * p[2]) for p, _ in new],
+                              [only for _, only in new])
+        for (p, _), profiled in zip(new, counted):
             if profiled.ranges is None:
                 raise GiveUp("a threadgroup's access ranges did not fit the record")
             found = GroupCount.of(profiled)
@@ -102,38 +116,74 @@ class Sampler:
                 pending.extend(self._examine(found))
 
     def _examine(self, box: Box) -> list[Box | Leaf]:
-        """The box as a leaf, or the parts to examine instead."""
-        if box.size > 1:  # what the checks below need, counted on all cores at once
-            self.count([box.lo, *(box.at(_unit(d)) for d in range(3) if box.count[d] > 1),
-                        *(box.at(i) for i in self._checked(box))])
+        """The box as a leaf, or the parts to examine instead. The steps along each
+        dimension come from the threadgroup after the corner, but for a box of 8 or more
+        the last dimension's, which comes from the far corner (one threadgroup fewer to
+        count: with two cores, a round of counting fewer), checked at a threadgroup
+        inside; a smaller box is checked at its far corner."""
+        dims = [d for d in range(3) if box.count[d] > 1]
+        if not dims:
+            corner = self.group(box.lo)
+            return [Leaf(box, corner, np.zeros((3, len(corner.site_keys)), np.int64))]
+        far = tuple(n - 1 for n in box.count)
+        inside = self._inside(box, dims[-1])
+        stepped = dims if inside is None else dims[:-1]
+        self.count([box.lo], [*(box.at(_unit(d)) for d in stepped), box.at(far),  # type: ignore
+                              *([box.at(inside)] if inside is not None else [])])
         corner = self.group(box.lo)
         steps = np.zeros((3, len(corner.site_keys)), np.int64)
-        for d in range(3):
-            if box.count[d] > 1:
-                step = corner.shifts_to(self.group(box.at(_unit(d))))
+        for d in stepped:
+            after = self.probe(box.at(_unit(d)))
+            step = corner.shifts_to(after)
+            if step is None:
+                return self._parts(box, None, d, corner.same_work(after))
+            steps[d] = step
+        checked = far if inside is None else inside
+        if inside is not None:
+            last = dims[-1]
+            derived = self._step_from_far(box, steps, last)
+            if derived is None:  # the far corner fails: its step from the next one
+                after = self.probe(box.at(_unit(last)))
+                step = corner.shifts_to(after)
                 if step is None:
-                    after = self.group(box.at(_unit(d)))
-                    return self._parts(box, None, d, corner.same_work(after))
-                steps[d] = step
-        for i in self._checked(box):
-            if not self._matches(box, steps, i):
-                d = self._failing_dimension(box, steps, i)
-                return self._parts(box, steps, d, corner.same_work(self.group(box.at(i))))
+                    return self._parts(box, None, last, corner.same_work(after))
+                steps[last], checked = step, far
+            else:
+                steps[last] = derived
+        if not self._matches(box, steps, checked):  # type: ignore[arg-type]
+            d = self._failing_dimension(box, steps, checked)  # type: ignore[arg-type]
+            return self._parts(box, steps, d,
+                               corner.same_work(self.probe(box.at(checked))))  # type: ignore
         return [Leaf(box, corner, steps)]
+
+    def _step_from_far(self, box: Box, steps: np.ndarray, last: int) -> np.ndarray | None:
+        """The step along `last` that puts the far corner where it is, given the other
+        steps; None where the far corner does other work or lies at no whole step."""
+        far = tuple(n - 1 for n in box.count)
+        found = self.group(box.lo).shifts_to(self.probe(box.at(far)))  # type: ignore[arg-type]
+        if found is None:
+            return None
+        rest = found - np.array(far, np.int64) @ steps
+        if np.any(rest % far[last]):
+            return None
+        return rest // far[last]
 
     def _matches(self, box: Box, steps: np.ndarray, i: Point) -> bool:
         """Whether threadgroup `i` steps into the box does what its corner does, its ranges
         where the steps put them."""
-        found = self.group(box.lo).shifts_to(self.group(box.at(i)))
+        found = self.group(box.lo).shifts_to(self.probe(box.at(i)))
         return found is not None and np.array_equal(found, np.array(i, np.int64) @ steps)
 
-    def _checked(self, box: Box) -> list[Point]:
-        """The far corner, and a threadgroup inside a large box (by a hash of the box)."""
-        out = [tuple(n - 1 for n in box.count)]
-        if box.size >= _SMALLEST_CHECKED_INSIDE:
-            seed = zlib.crc32(repr(box).encode())
-            out.append(tuple(int(v) for v in np.unravel_index(seed % box.size, box.count)))
-        return out  # type: ignore[return-value]
+    def _inside(self, box: Box, last: int) -> Point | None:
+        """For a box of 8 or more, a threadgroup inside it chosen by a hash of the box
+        (every run picks the same), past the corner's slice along `last`."""
+        if box.size < _SMALLEST_CHECKED_INSIDE:
+            return None
+        seed = zlib.crc32(repr(box).encode())
+        i = [int(v) for v in np.unravel_index(seed % box.size, box.count)]
+        n = box.count[last]
+        i[last] = 1 + (i[last] % (n - 2)) if n > 2 else n - 1
+        return tuple(i)  # type: ignore[return-value]
 
     def _failing_dimension(self, box: Box, steps: np.ndarray, failed: Point) -> int:
         """A dimension along which the box's far end alone already fails, else the one
@@ -164,8 +214,9 @@ class Sampler:
             for k in _PERIODS:
                 if 2 * k >= n:
                     break
-                step = corner.shifts_to(self.group(box.at(_unit(d, k))))
-                twice = corner.shifts_to(self.group(box.at(_unit(d, 2 * k))))
+                self.count([], [box.at(_unit(d, k)), box.at(_unit(d, 2 * k))])
+                step = corner.shifts_to(self.probe(box.at(_unit(d, k))))
+                twice = corner.shifts_to(self.probe(box.at(_unit(d, 2 * k))))
                 if step is not None and twice is not None and np.array_equal(2 * step, twice):
                     return [box.part(d, r, len(range(r, n, k)), k) for r in range(k)]
         elif box.varied == d:
@@ -203,12 +254,12 @@ class Sampler:
         # counting slice by slice, the sample may take a third of the grid
         self.budget = max(self.budget, math.prod(self.groups) // 3)
         slices = [box.part(d, j, 1) for j in range(n)]
-        self.count([s.lo for s in slices] + [first.at(_unit(k)) for k in across]
+        self.count([s.lo for s in slices], [first.at(_unit(k)) for k in across]
                    + [slices[j].hi for j in checked])
         corner = self.group(first.lo)
         by_site: dict[int, dict] = {}
         for k in across:
-            step = corner.shifts_to(self.group(first.at(_unit(k))))
+            step = corner.shifts_to(self.probe(first.at(_unit(k))))
             if step is None:
                 raise GiveUp(f"the work changes along dimension {'xyz'[k]} too")
             by_site[k] = dict(zip(corner.site_keys, step.tolist()))

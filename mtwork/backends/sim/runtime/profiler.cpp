@@ -148,6 +148,8 @@ bool into_slot(Shard& s, const mtw_group& g) {
   s.divergences = counts + 3 * size_t(c.blocks);
   s.totals = shared.slot_totals + size_t(k) * kTotalSlots;
   s.last_total = nullptr;
+  s.hashes = c.slot_hashes ? c.slot_hashes + 2 * size_t(k) : nullptr;
+  s.checked = c.slot_checked && c.slot_checked[k];
   return true;
 }
 
@@ -271,6 +273,11 @@ void profiler_access(Worker* w, const void* p, uint32_t size, bool write, const 
   if (where == kNowhere) return;
   Event e{offset, 0, uint16_t(w->group.current), uint8_t(size),
           uint8_t(where | (write ? kStore : 0))};
+  if (where == kThreadgroupMemory && s->hashes) {
+    mix(s->hashes[0], reinterpret_cast<uint64_t>(pc), packed(offset, e.size, e.where) ^
+                                                          uint64_t(e.thread) << 48);
+    if (s->checked && !s->gathering) return;  // only compared: no issues lined up
+  }
   if (s->gathering) {
     if (s->gathered_count < kGathered) s->gathered[s->gathered_count++] = e;
     else full("record of one simdgroup_matrix access");
@@ -301,6 +308,10 @@ extern "C" void mtw_profile_branch(uint32_t branch, uint32_t way) {
   Worker* w;
   Shard* s = counting(&w, true);
   if (!s || branch >= shared.config.branches) return;
+  if (s->hashes) {
+    mix(s->hashes[1], branch, uint64_t(w->group.current) << 32 | way);
+    if (s->checked) return;  // only compared: no divergence counted
+  }
   uint32_t site = branch_site(*s, branch);
   if (site != kNoSite) record(*s, site, w->group.current, packed(way, 0, 0));
 }

@@ -197,6 +197,11 @@ typedef struct mtw_profile {
   uint32_t nslots;                  // threadgroups counted apart (0: the dispatch as one)
   const uint64_t* slot_group;       // [nslots]: each slot's threadgroup (linear index)
   uint32_t* slot_site_count;        // [nslots], filled: sites of each slot
+  // [nslots] or null: slots only checked against another threadgroup, whose accesses of
+  // threadgroup memory and branches are hashed (slot_hashes), not lined up and counted
+  const uint8_t* slot_checked;
+  uint64_t* slot_hashes;            // [nslots * 2], zeroed, filled: each slot's hash of its
+                                    // threadgroup-memory accesses, and of its branches
 } mtw_profile;
 
 // Arms the profiler for the next dispatch of `profile->entry`; nonzero (see

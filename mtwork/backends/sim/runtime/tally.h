@@ -90,6 +90,8 @@ struct Shard {
   Total* totals;          // [kTotalSlots]
   Total* last_total;      // the one `total` found last
   uint32_t slot;          // with slots, the slot of its threadgroup (its counts' place)
+  uint64_t* hashes;       // with slots, the slot's hashes (threadgroup memory, branches)
+  bool checked;           // with slots, its threadgroup is only checked: hash, do not log
   uint64_t accesses;      // device accesses of its threadgroup counted, to number ranges
   void* memory;           // the mapping all the arrays above live in
   size_t bytes;
@@ -114,6 +116,13 @@ struct Shared {
 extern Shared shared __attribute__((visibility("hidden")));
 
 inline uint32_t hash(uint64_t key) { return uint32_t((key * 0x9E3779B97F4A7C15ull) >> 40); }
+
+// Mixes one entry into a running hash of a sequence (order matters).
+inline void mix(uint64_t& h, uint64_t a, uint64_t b) {
+  h = (h ^ a) * 0x100000001B3ull;
+  h = (h ^ b) * 0x100000001B3ull;
+  h ^= h >> 29;
+}
 
 // Marks the counts incomplete: `what` was full.
 void full(const char* what);
