@@ -154,15 +154,18 @@ class SimBackend:
             self._isolated = Isolated()
         self._isolated.start()  # a new worker imports while this process compiles
         if call.options.profile:
-            self.compile_profiled(program)  # compile errors are raised here
+            self.compile_profiled(program, profiled.plain_too(call))  # errors raised here
         else:
             self.compile(program, sanitize=call.options.sanitize is not None)
         return self._isolated.dispatch(program, call)
 
-    def compile_profiled(self, program: Program) -> Compiled:
-        """The profiled build of `program`, with its plain build (a profiled call's outputs
-        come from a plain call) compiled beside it in a thread: two clang processes, on two
-        cores, where one after the other took 1.2 s for a flash-attention setting."""
+    def compile_profiled(self, program: Program, plain_too: bool) -> Compiled:
+        """The profiled build of `program`, and with `plain_too` its plain build (where a
+        profiled call's outputs will come from a plain call) compiled beside it in a
+        thread: two clang processes, on two cores, where one after the other took 1.2 s
+        for a flash-attention setting."""
+        if not plain_too:
+            return self.compile(program, profile=True)
 
         def plain() -> None:
             with contextlib.suppress(Exception):  # the profiled build reports the error

@@ -27,7 +27,7 @@ from .run.memory import Memory
 if TYPE_CHECKING:  # the backend calls this module; it is only a type here
     from . import Compiled, SimBackend
 
-__all__ = ["MODES", "ON_FIBERS", "SAMPLED_FROM", "call", "mode"]
+__all__ = ["MODES", "ON_FIBERS", "SAMPLED_FROM", "call", "mode", "plain_too"]
 
 MODES = ("sampled", "exact")
 ON_FIBERS = "the profiler counts kernels on the fiber engine"
@@ -51,10 +51,16 @@ def mode() -> str:
     return how
 
 
+def plain_too(dispatch: Dispatch) -> bool:
+    """Whether a profiled call is likely to take its outputs from a plain call (a sample
+    is counted: its grid is large enough), so its plain build is wanted beside."""
+    return mode() == "sampled" and math.prod(dispatch.geometry.threadgroups) >= SAMPLED_FROM
+
+
 def call(backend: SimBackend, program: Program, dispatch: Dispatch,
          place: Callable[[int, Fresh], np.ndarray] | None) -> Completion:
     """The profiled call of `program` over `dispatch` on `backend`, in this process."""
-    compiled = backend.compile_profiled(program)
+    compiled = backend.compile_profiled(program, plain_too(dispatch))
     how = mode()
     name = kept.key(compiled.library.path, program.label, dispatch,
                     line_bytes=profiling.line_bytes(), how=how)
