@@ -9,7 +9,8 @@ profiled kernels run on the emulator):
 
     python bench/gpu_model_claims.py [--quick]
 
-It prints the table of docs/gpu-model.md's "Validation against published measurements".
+It prints the table of docs/records/gpu-model.md's "Validation against published
+measurements".
 """
 
 from __future__ import annotations
@@ -17,7 +18,6 @@ from __future__ import annotations
 import argparse
 import math
 import sys
-from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -29,7 +29,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import mlx.core as mx  # noqa: E402
 
 import mtwork  # noqa: E402
-from mtwork.gpu import BufferTraffic, Counters, LaneOps, default_gpu, estimate  # noqa: E402
+from mtwork.gpu import (  # noqa: E402
+    BufferTraffic,
+    Counters,
+    LaneOps,
+    at_steps,
+    default_gpu,
+    estimate,
+    scaled,
+)
 from mtwork.gpu.counters import SIMD_WIDTH  # noqa: E402
 from mtwork.gpu.model import LANE_OP_CYCLES, SIMD_OP_CYCLES  # noqa: E402
 
@@ -50,50 +58,12 @@ def traffic(name: str, *, accesses: int, lines_per_access: float, bytes_per_acce
 
 # --- the repository's kernels, counted by the emulator (profile=True) ---------------------
 
-_GEOMETRY = frozenset({"kernel", "threads_per_threadgroup", "threadgroup_memory", "registers",
-                       "dispatches", "line_bytes"})
-_KEYS = {"buffers": ("buffer",), "source_lines": ("file", "line")}
-
-
-def _combine(a: dict, b: dict, f: Callable[[int, int], int]) -> dict:
-    """`f` applied to every count of two `Counters.to_dict()`s (the geometry is a's)."""
-    out = {}
-    for key, x in a.items():
-        if key in _GEOMETRY or isinstance(x, str):
-            out[key] = x
-        elif isinstance(x, dict):
-            out[key] = _combine(x, b[key], f)
-        elif isinstance(x, list):
-            ident = _KEYS[key]
-            theirs = {tuple(item[k] for k in ident): item for item in b[key]}
-            out[key] = [_combine(item, theirs[tuple(item[k] for k in ident)], f)
-                        for item in x]
-        else:
-            out[key] = f(x, b[key])
-    return out
-
 
 def times(c: Counters, copies: int) -> Counters:
     """The counts of a dispatch of `copies` copies of `c`'s threadgroups, each copy on data
-    of its own that starts on a line (more heads, more batches): every count times
-    `copies`. Exact for the kernels below, whose heads and batches touch disjoint lines."""
-    d = c.to_dict()
-    return Counters.from_dict(_combine(d, d, lambda x, _: x * copies))
-
-
-def at_steps(a: Counters, b: Counters, steps: tuple[int, int], at: int) -> Counters:
-    """The counts of a kernel that does the same per step (token), at `at` steps, from its
-    counts `a` and `b` at `steps`: each count is affine in the steps. Exact integers or
-    an error."""
-    lo, hi = steps
-
-    def affine(x: int, y: int) -> int:
-        grown, rest = divmod((y - x) * (at - lo), hi - lo)
-        if rest:
-            raise ValueError(f"counts {x} at {lo} steps and {y} at {hi} are not affine to {at}")
-        return x + grown
-
-    return Counters.from_dict(_combine(a.to_dict(), b.to_dict(), affine))
+    of its own that starts on a line (more heads, more batches): `mtwork.gpu.scaled`,
+    exact for the kernels below, whose heads and batches touch disjoint lines."""
+    return scaled(c, copies)
 
 
 def flash_attention(simdgroups: int, seq: int = 1536, heads: int = 24) -> Counters:

@@ -1,6 +1,7 @@
 """mkdocs hooks: the tutorial page is notebooks/first_kernel.ipynb as Markdown (its prose
 with formulas as MathML, its code cells as Python blocks), so the site and the notebook
-never drift apart."""
+never drift apart; a page's line `--8<-- "PATH"` shows the file docs/PATH as it is (the
+CI recipe's workflow, which the tests lint as a file)."""
 
 from __future__ import annotations
 
@@ -46,3 +47,13 @@ def notebook_markdown(notebook: Path) -> str:
 def on_files(files: Files, config) -> Files:
     files.append(File.generated(config, "tutorial.md", content=notebook_markdown(TUTORIAL)))
     return files
+
+
+_INCLUDE = re.compile(r'^--8<-- "([^"]+)"$', re.M)
+
+
+def on_page_markdown(markdown: str, page, config, files) -> str:
+    def content(m: re.Match[str]) -> str:
+        return (ROOT / "docs" / m.group(1)).read_text(encoding="utf-8").rstrip("\n")
+
+    return _INCLUDE.sub(content, markdown)

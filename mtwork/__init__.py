@@ -1,7 +1,9 @@
 """mtwork: write, check and tune Metal (MSL) compute kernels for MLX, on any machine.
 
 `mtwork.metal_kernel` is a drop-in for `mx.fast.metal_kernel`: on a Mac it runs on the
-Apple GPU through MLX, elsewhere on `sim`, a CPU emulator that runs the same MSL.
+Apple GPU through MLX, elsewhere on `sim`, a CPU emulator that runs the same MSL; its
+calls are operations of MLX's graph. `mtwork.interpose()` (and ``pytest --mtwork``) runs
+other code that calls ``mx.fast.metal_kernel`` on mtwork, unchanged.
 """
 
 from . import gpu
@@ -19,6 +21,7 @@ from .errors import (
     ThreadgroupMemoryError,
 )
 from .families import KernelSpec, family_names, load_family
+from .interposition import Interposition, interpose
 from .kernel import Launch, MetalKernel, metal_kernel
 from .library import Kernel, Library, Outputs, load_metal, new_buffer
 from .oracle import DiffReport, assert_bitwise_equal, assert_close, diff
@@ -46,6 +49,7 @@ __all__ = [
     "KernelDeadlock",
     "KernelFault",
     "KernelSpec",
+    "Interposition",
     "Kernel",
     "Library",
     "Outputs",
@@ -73,6 +77,7 @@ __all__ = [
     "divides",
     "family_names",
     "gpu",
+    "interpose",
     "load_family",
     "load_metal",
     "new_buffer",

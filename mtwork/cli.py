@@ -4,6 +4,7 @@
     mtwork kernels
     mtwork backends
     mtwork cache [info|clear]
+    mtwork selftest [--backend B ...] [--kernel NAME ...] [--no-families]
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from .walkthrough.execute import NotebookRun, run_notebook
 from .walkthrough.export import export_html
 from .walkthrough.parameters import notebook_parameters
 
-__all__ = ["export_html", "main", "run_notebook"]
+__all__ = ["export_html", "main", "parser", "run_notebook"]
 
 DEFAULT_NOTEBOOKS = Path("notebooks")
 DEFAULT_OUT = Path("out")
@@ -169,6 +170,22 @@ def _cmd_cache(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_selftest(args: argparse.Namespace) -> int:
+    from .selftest import selftest
+
+    try:
+        report = selftest(args.backend or None, families=args.families,
+                          kernels=args.kernel or None)
+    except ValueError as exc:  # an unknown backend or kernel
+        print(f"mtwork selftest: {exc}", file=sys.stderr)
+        return USAGE_ERROR
+    print(report)
+    if not report.backends:
+        print("mtwork selftest: no backend can run here", file=sys.stderr)
+        return USAGE_ERROR
+    return 1 if report.failed else 0
+
+
 def _version() -> str:
     from importlib.metadata import PackageNotFoundError, version
 
@@ -180,10 +197,11 @@ def _version() -> str:
         return __version__
 
 
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="mtwork", description=__doc__.splitlines()[0])
-    parser.add_argument("--version", action="version", version=f"mtwork {_version()}")
-    sub = parser.add_subparsers(dest="command", required=True)
+def parser() -> argparse.ArgumentParser:
+    """The command line's parser (its subcommands and their options)."""
+    top = argparse.ArgumentParser(prog="mtwork", description=__doc__.splitlines()[0])
+    top.add_argument("--version", action="version", version=f"mtwork {_version()}")
+    sub = top.add_subparsers(dest="command", required=True)
     run = sub.add_parser(
         "run", help="execute notebooks and write HTML walkthroughs",
         description=(
@@ -210,11 +228,30 @@ def _parser() -> argparse.ArgumentParser:
     cache = sub.add_parser("cache", help="what mtwork has cached, or clear it")
     cache.add_argument("action", nargs="?", choices=["info", "clear"], default="info")
     cache.set_defaults(handler=_cmd_cache)
-    return parser
+    selftest = sub.add_parser(
+        "selftest", help="check the toolchain and run a corpus of kernels on every backend",
+        description=(
+            "Check the toolchain, build the emulator's runtime, run a corpus of kernels\n"
+            "(elementwise, half and bfloat, threadgroup memory, SIMD-group functions,\n"
+            "simdgroup_matrix, atomics, MLX's own kernels, one of each kernel family) on\n"
+            "every backend that can run here, compare each with its oracle and the\n"
+            "backends with each other, and print a table and a summary to paste into a\n"
+            "bug report. Exit status: 0 when everything agrees, 1 when anything\n"
+            "disagrees or fails, 2 when no backend can run or the command line is wrong."),
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    selftest.add_argument("--backend", action="append", default=[],
+                          help="a backend to run (repeat for more; default: every backend "
+                               "that can run here)")
+    selftest.add_argument("--kernel", action="append", default=[],
+                          help="run only this kernel of the corpus (repeat for more)")
+    selftest.add_argument("--no-families", dest="families", action="store_false",
+                          help="leave out the kernel families of kernels/")
+    selftest.set_defaults(handler=_cmd_selftest)
+    return top
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    args = parser().parse_args(argv)
     return args.handler(args)
 
 

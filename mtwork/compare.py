@@ -15,10 +15,12 @@ from .gpu.chips import Chip
 from .gpu.model import Estimate
 from .modelled import GpuChoice, chip_for, estimate_of, model_label, model_ratio
 from .oracle import DiffReport, diff
+from .recording import watching_calls
 from .timing import (
     DEFAULT_CV_THRESHOLD,
     Clock,
     Measurement,
+    Timed,
     Timer,
     check_counts,
     clock_for,
@@ -72,6 +74,8 @@ class Comparison:
     chip: Chip | None = None  # the chip the variants are modelled on (None: not modelled)
     estimates: dict[str, Estimate | None] = field(default_factory=dict)
     model_notes: dict[str, str] = field(default_factory=dict)  # why a variant has none
+    # On metal: per variant, the launch cost of each round, measured apart.
+    launch_times: dict[str, tuple[float, ...]] = field(default_factory=dict)
 
     @property
     def modelled(self) -> bool:
@@ -99,6 +103,21 @@ class Comparison:
         return {n: base.seconds / e.seconds for n, e in self.estimates.items()
                 if base is not None and e is not None and e.seconds > 0}
 
+    def model_verdict(self) -> str:
+        """Which variant the model expects to win on its chip, and by how much over the
+        next one; or why it cannot say (no chip, a variant not modelled)."""
+        if self.chip is None:
+            return "not modelled (gpu=False)"
+        if not self.modelled:
+            missing = "; ".join(f"{n}: {why}" for n, why in self.model_notes.items())
+            return f"the model cannot rank these on {self.chip.label}: {missing}"
+        times = {n: e.seconds for n, e in self.estimates.items() if e is not None}
+        first, second = sorted(self.names, key=times.__getitem__)[:2]
+        return (f"on {self.chip.label} the model expects {first} to win: "
+                f"{times[second] / times[first]:.2f}x faster than {second} "
+                f"({self.estimates[first].bound}-bound against "
+                f"{self.estimates[second].bound}-bound)")
+
     @property
     def model_errors(self) -> dict[str, float]:
         """Measured median / modelled time per variant: the model's error on a GPU clock."""
@@ -118,7 +137,7 @@ class Comparison:
         return {
             name: Measurement.from_samples(
                 self.round_times[name], clock=self.clock, name=name, warmup=self.warmup,
-                cv_threshold=self.cv_threshold,
+                cv_threshold=self.cv_threshold, launch=self.launch_times.get(name, ()),
             )
             for name in self.names
         }
@@ -258,9 +277,10 @@ def compare(
         raise ValueError(f"check must be None, 'bitwise' or 'close', not {check!r}")
     check_counts(warmup, rounds)
     clock = clock_for(backend)
-    calls = {
-        n: timed(on_backend(variants[n], clock.backend), clock, timer, setup) for n in names
-    }
+    timers, watched = _timers(variants, clock, timer, setup)
+    clock = next(iter(timers.values())).clock
+    calls = {n: timers[n] if n in watched else _FirstWatched(n, timers[n], watched)
+             for n in names}
 
     last_outputs: dict[str, Any] = {}
     for r in range(warmup):
@@ -282,7 +302,7 @@ def compare(
         for name in order:
             times[name].append(calls[name]()[0])
     chip = chip_for(gpu)
-    estimates, notes = _modelled(variants, chip)
+    estimates, notes = _modelled(variants, chip, watched)
     return Comparison(
         clock=clock,
         baseline=baseline,
@@ -296,17 +316,56 @@ def compare(
         chip=chip,
         estimates=estimates,
         model_notes=notes,
+        launch_times={n: tuple(t.launch[warmup:]) for n, t in timers.items() if t.launch},
     )
 
 
-def _modelled(variants: Mapping[str, Callable[[], Any]], chip: Chip | None
+def _timers(variants: Mapping[str, Callable[[], Any]], clock: Clock, timer: Timer,
+            setup: Callable[[], Any] | None) -> tuple[dict[str, Timed], dict[str, list[str]]]:
+    """Each variant's timed call, all on one clock (per dispatch on metal only when every
+    variant can be), and the kernels the variants a per-dispatch timer called once
+    dispatched."""
+    watched: dict[str, list[str]] = {}
+    timers = {}
+    for n, variant in variants.items():
+        with watching_calls() as seen:  # a per-dispatch timer calls its variant once
+            timers[n] = timed(on_backend(variant, clock.backend), clock, timer, setup)
+        if seen:
+            watched[n] = seen
+    if len({t.clock for t in timers.values()}) > 1:  # paired ratios need one clock
+        timers = {n: timed(on_backend(v, clock.backend), clock, timer, setup,
+                           per_dispatch=False) for n, v in variants.items()}
+    return timers, watched
+
+
+@dataclass
+class _FirstWatched:
+    """A variant's timed call whose first run notes, in `watched`, the kernels it
+    dispatches (how a plain callable is modelled without calling it again for nothing)."""
+
+    name: str
+    call: Callable[[], tuple[float, Any]]
+    watched: dict[str, list[str]]
+
+    def __call__(self) -> tuple[float, Any]:
+        if self.name in self.watched:
+            return self.call()
+        with watching_calls() as seen:
+            result = self.call()
+        self.watched[self.name] = seen
+        return result
+
+
+def _modelled(variants: Mapping[str, Callable[[], Any]], chip: Chip | None,
+              watched: Mapping[str, list[str]]
               ) -> tuple[dict[str, Estimate | None], dict[str, str]]:
-    """Each variant profiled once and modelled on `chip`, and why one is not."""
+    """Each variant profiled once and modelled on `chip`, and why one is not (a plain
+    callable is called again only if its first call dispatched one kernel)."""
     estimates: dict[str, Estimate | None] = {}
     notes: dict[str, str] = {}
     if chip is not None:
         for name, variant in variants.items():
-            _, estimates[name], note = estimate_of(variant, (), chip)
+            _, estimates[name], note = estimate_of(variant, (), chip, watched.get(name))
             if note:
                 notes[name] = note
     return estimates, notes

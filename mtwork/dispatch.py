@@ -24,10 +24,12 @@ from typing import TYPE_CHECKING, Any, Literal
 import mlx.core as mx
 import numpy as np
 
+from . import host
 from .display import bytes_text
 from .dtypes import itemsize
 from .limits import MAX_GRID_DIMENSION, MAX_THREADS_PER_THREADGROUP
 from .msl.signature import KernelSignature
+from .recording import profiling_all
 
 if TYPE_CHECKING:
     from .gpu.counters import Counters
@@ -224,12 +226,15 @@ class Options:
 @dataclass(frozen=True)
 class Dispatch:
     """One call: memory by ``[[buffer(n)]]`` index, bytes by ``[[threadgroup(n)]]`` index,
-    the geometry and the options."""
+    the geometry and the options. `into`: memory the caller has for some fresh buffers
+    (the outputs MLX made for an operation of its graph), by index; a backend may write
+    them there and return them, else the caller copies them in."""
 
     buffers: Mapping[int, Bound | Fresh]
     geometry: Geometry
     options: Options = Options()
     threadgroup_memory: Mapping[int, int] = field(default_factory=dict)
+    into: Mapping[int, np.ndarray] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -340,6 +345,8 @@ def options(*, sanitize: Any = None, timeout: Any = None, isolate: Any = None,
         raise ValueError(f"`isolate` must be True, False or None, got {isolate!r}")
     if not isinstance(profile, bool):
         raise ValueError(f"`profile` must be True or False, got {profile!r}")
+    if profiling_all() and sanitize is None:
+        profile = True  # inside `recording.profiling_calls`
     # A profiled call leaves $MTWORK_SANITIZE aside; asked for both, it refuses.
     checked = None if profile and sanitize is None else mode(sanitize)
     if profile and checked is not None:
@@ -355,34 +362,19 @@ def backend_for(call_options: Options, backend: str | None) -> str | None:
     return "sim" if call_options.profile else backend
 
 
-_MEMINFO = Path("/proc/meminfo")
 _MEMORY_READ_EVERY_S = 1.0
 _memory_read: list[float] = [-math.inf, 0.0]  # when, and the bytes available then
 
 
 def available_memory(*, fresh: bool = False) -> float:
-    """Bytes of memory this machine can still give a process: Linux's MemAvailable (what
-    can be had without swapping), else the free physical pages, else infinity where the
-    system does not say. Read at most once a second unless `fresh`."""
+    """Bytes of memory this machine can still give a process (`host.available_memory`).
+    Read at most once a second unless `fresh`."""
     when, value = _memory_read
     now = time.monotonic()
     if fresh or now - when > _MEMORY_READ_EVERY_S:
-        value = _read_available_memory()
+        value = host.available_memory()
         _memory_read[:] = [now, value]
     return value
-
-
-def _read_available_memory() -> float:
-    try:
-        for line in _MEMINFO.read_text().splitlines():
-            if line.startswith("MemAvailable:"):
-                return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    try:
-        return float(os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
-    except (ValueError, OSError, AttributeError):
-        return math.inf
 
 
 def check_memory(call: Dispatch, what: str) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import weakref
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -17,18 +18,20 @@ from typing import Any
 import mlx.core as mx
 import numpy as np
 
-from . import dtypes
+from . import dtypes, graph
+from .backends import builds_graph, chosen, hold
 from .backends import compile as compile_program
 from .backends import get as get_backend
-from .backends import hold
 from .backends import run as run_program
 from .buffers import to_mx
 from .dispatch import (
     BodyForm,
     Bound,
+    Completion,
     Dispatch,
     Engine,
     Fresh,
+    Options,
     Param,
     Program,
     Region,
@@ -220,18 +223,55 @@ class MetalKernel:
             buffers[p.buffer_index] = Fresh(shape_, dt, init_value)  # type: ignore[index]
         call = Dispatch(buffers, shape, run_options)
         check_memory(call, f"{PREFIX}`output_shapes`")
+        name = chosen(backend_for(run_options, backend or self.backend), run_options)
+        if not builds_graph(name):
+            if graph.available():
+                return self._operation(program, call, name, arrays, outputs)
+            graph.warn_eager()
+        finish = self._finisher(run_options)
         try:
-            done = run_program(program, call,
-                               backend=backend_for(run_options, backend or self.backend))
+            done = run_program(program, call, backend=name)
         except SanitizerError as exc:
-            object.__setattr__(self, "last_sanitizer_report", exc.report)
+            finish(None, exc)
             raise
-        object.__setattr__(self, "last_sanitizer_report", done.sanitizer)
-        object.__setattr__(self, "last_engine", done.engine)
-        if run_options.profile:
-            object.__setattr__(self, "last_counters", done.counters)
+        finish(done, None)
         return [to_mx(done.buffers[p.buffer_index], dt)  # type: ignore[index]
                 for p, dt in zip(outputs, kinds)]
+
+    def _operation(self, program: Program, call: Dispatch, backend: str,
+                   arrays: list[mx.array], outputs: list[body.Param]) -> list[mx.array]:
+        """The call as an operation of MLX's graph, run on `backend` when MLX evaluates
+        it; compiled now (compiling needs no values, and its errors come at the call).
+        A sanitized or profiled call is evaluated at once unless it is being traced, so
+        that its report or counts are there when it returns."""
+        compile_program(program, backend=backend, options=call.options)
+        made = graph.operation(program, call, backend, self._finisher(call.options))
+        results = [made[p.buffer_index] for p in outputs]  # type: ignore[index]
+        if (call.options.sanitize or call.options.profile) and not any(
+                graph.is_tracer(a) for a in arrays):
+            mx.eval(results)
+        return results
+
+    def _finisher(self, run_options: Options) -> graph.Finish:
+        """What a dispatch of this kernel tells it when it ends: the sanitizer's report,
+        the engine, the profiler's counts. It holds the kernel weakly: an operation MLX
+        keeps (in a compiled function) does not keep the kernel, or its worker, alive."""
+        kernel = weakref.ref(self)
+
+        def finish(done: Completion | None, error: BaseException | None) -> None:
+            this = kernel()
+            if this is None:
+                return
+            if isinstance(error, SanitizerError):
+                object.__setattr__(this, "last_sanitizer_report", error.report)
+            if done is None:
+                return
+            object.__setattr__(this, "last_sanitizer_report", done.sanitizer)
+            object.__setattr__(this, "last_engine", done.engine)
+            if run_options.profile:
+                object.__setattr__(this, "last_counters", done.counters)
+
+        return finish
 
 
 def metal_kernel(
@@ -284,8 +324,9 @@ def _define_text(name: str, value: Any) -> str:
 @dataclass
 class Launch:
     """One call of an `mtwork.metal_kernel`, with its template values, `#define`d
-    constants and dispatch shape. Calling it runs the kernel: `launch(*inputs,
-    backend=...)`; without inputs it uses `inputs` given here.
+    constants and dispatch shape. Calling it runs the kernel (its outputs are evaluated
+    before it returns): `launch(*inputs, backend=...)`; without inputs it uses `inputs`
+    given here.
 
     `defines` become `#define NAME value` lines at the top of the header, so the kernel
     body and header can use them as constants (on `metal` as on `sim`). Header lines in
@@ -333,12 +374,14 @@ class Launch:
                  sanitize: bool | str | None = None, profile: bool = False
                  ) -> list[mx.array]:
         arrays = list(inputs) if inputs else list(self.inputs or [])
-        return self.defined_kernel(
+        outputs = self.defined_kernel(
             inputs=arrays, grid=self.grid, threadgroup=self.threadgroup,
             output_shapes=self.output_shapes, output_dtypes=self.output_dtypes,
             template=self.template, init_value=self.init_value, backend=backend,
             timeout=self.timeout, sanitize=sanitize, profile=profile,
         )
+        mx.eval(outputs)  # a launch runs when called: its errors and reports come here
+        return outputs
 
     @property
     def last_counters(self) -> Counters | None:

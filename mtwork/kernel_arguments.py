@@ -4,7 +4,6 @@ given and what is allowed."""
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -115,6 +114,8 @@ def check_sequence(value: Any, what: str) -> list[Any]:
 
 
 def check_init_value(init_value: Any) -> None:
-    if init_value is not None and (isinstance(init_value, bool) or not isinstance(
-            init_value, (int, float)) or not math.isfinite(init_value)):
-        raise ValueError(f"{PREFIX}`init_value` must be a finite number, got {init_value!r}")
+    """A number (MLX takes it as a C++ float: ±inf and NaN too), or None."""
+    if init_value is not None and (isinstance(init_value, (bool, np.bool_)) or not isinstance(
+            init_value, (int, float, np.integer, np.floating))):
+        raise ValueError(f"{PREFIX}`init_value` must be a number (a float; inf and nan "
+                         f"too) or None, got {type(init_value).__name__} {init_value!r}")

@@ -14,11 +14,13 @@ from typing import Any, Protocol
 import mlx.core as mx
 import numpy as np
 
+from . import graph
+from .backends import chosen, hold
 from .backends import compile as compile_program
-from .backends import hold
 from .backends import run as run_program
 from .buffers import to_mx
 from .dispatch import (
+    Completion,
     Dispatch,
     Engine,
     FullSource,
@@ -33,6 +35,7 @@ from .dispatch import (
 )
 from .gpu.counters import Counters
 from .library_arguments import describe, threadgroup_sizes
+from .library_operation import check_kept, traced_call, weakly
 from .limits import MAX_BUFFER_INDEX, MAX_THREADS_PER_THREADGROUP
 from .msl.constants import function_constant_macros
 from .msl.signature import FunctionConstant, KernelParam, KernelSignature
@@ -57,9 +60,13 @@ __all__ = ["Kernel", "LibraryLaunch", "LibraryParts", "Outputs"]
 class Outputs(dict):
     """The kernel's writable buffers after a dispatch, as numpy arrays by parameter name
     (bfloat16 data as its uint16 bits). A numpy array the caller passed is the same
-    object, written in place. ``outputs.mx(name)`` gives the buffer as an ``mx.array``."""
+    object, written in place. ``outputs.mx(name)`` gives the buffer as an ``mx.array``.
+    A call traced inside ``mx.compile`` or another transformation of MLX is an operation
+    of MLX's graph: its outputs are ``mx.array``s of the graph, computed when MLX
+    evaluates them."""
 
-    def __init__(self, arrays: Mapping[str, np.ndarray], kinds: Mapping[str, mx.Dtype | None]):
+    def __init__(self, arrays: Mapping[str, np.ndarray | mx.array],
+                 kinds: Mapping[str, mx.Dtype | None]):
         super().__init__(arrays)
         self._kinds = dict(kinds)
 
@@ -224,8 +231,10 @@ class Kernel:
         sanitize: bool | str | None = None,
         isolate: bool | None = None,
         profile: bool = False,
+        keep_arrays: bool = False,
     ) -> Dispatch:
-        """The dispatch record of a call (see `__call__`), every argument checked."""
+        """The dispatch record of a call (see `__call__`), every argument checked;
+        `keep_arrays`: ``mx.array`` buffers are bound as they are (see `values.bind`)."""
         if (threadgroups is None) == (grid is None):
             raise TypeError("give either threadgroups= (dispatchThreadgroups: a count of "
                             "threadgroups) or grid= (dispatchThreads: a count of threads)")
@@ -239,15 +248,16 @@ class Kernel:
             grid_name = "threadgroups × threads_per_threadgroup"
         shape = geometry(grid, tg, exactly_three=False, max_threads=self.program.max_threads,
                          grid_name=grid_name, threadgroup_name="threads_per_threadgroup")
-        chosen = self._bind(buffers)
         bound = {p.index: bind(p, value, self.element_info(p),
-                               f"{describe(p)} of `{self.name}`")
-                 for p, value in chosen.values()}
+                               f"{describe(p)} of `{self.name}`", keep_arrays=keep_arrays)
+                 for p, value in self._bind(buffers).values()}
+        if keep_arrays:
+            check_kept(self.name, bound)
         # One mx array at several indices stays one buffer (its copy is shared), as a
         # numpy array does: one MTLBuffer bound twice has one address.
         copies: dict[int, Any] = {}
-        for p, value in chosen.values():
-            if isinstance(value, mx.array):
+        for p, value in self._bind(buffers).values():
+            if isinstance(value, mx.array) and not keep_arrays:
                 first = copies.setdefault(id(value), bound[p.index].array)  # type: ignore
                 bound[p.index] = dataclasses.replace(bound[p.index], array=first)  # type: ignore
         call = Dispatch(bound, shape, options(sanitize=sanitize, timeout=timeout,
@@ -285,25 +295,40 @@ class Kernel:
         True runs on sim and counts what the call does to an Apple GPU
         (`last_counters`; see mtwork.profile).
         """
+        traced = traced_call(buffers)
         call = self.dispatch(buffers=buffers, threadgroup_memory=threadgroup_memory,
                              threadgroups=threadgroups, grid=grid,
                              threads_per_threadgroup=threads_per_threadgroup,
                              timeout=timeout, sanitize=sanitize, isolate=isolate,
-                             profile=profile)
-        try:
-            done = run_program(self.program, call, backend=backend_for(
-                call.options, backend or self.library.backend))
-        except SanitizerError as exc:
-            self.last_sanitizer_report = exc.report
-            raise
+                             profile=profile, keep_arrays=traced)
+        name = backend_for(call.options, backend or self.library.backend)
+        if traced:
+            name = chosen(name, call.options)
+            compile_program(self.program, backend=name, options=call.options)
+            written = graph.operation(self.program, call, name, weakly(self._finish))
+        else:
+            try:
+                done = run_program(self.program, call, backend=name)
+            except SanitizerError as exc:
+                self._finish(None, exc)
+                raise
+            self._finish(done, None)
+            written = done.buffers
+        by_index = {p.index: p for p in self.signature.buffers}
+        arrays = {by_index[i].name: arr for i, arr in written.items()}
+        kinds = {by_index[i].name: getattr(call.buffers[i], "dtype", None) for i in written}
+        return Outputs(arrays, kinds)
+
+    def _finish(self, done: Completion | None, error: BaseException | None) -> None:
+        """What a dispatch tells the kernel when it ends (report, engine, counts)."""
+        if isinstance(error, SanitizerError):
+            self.last_sanitizer_report = error.report
+        if done is None:
+            return
         self.last_sanitizer_report = done.sanitizer
         self.last_engine = done.engine
-        if profile:
+        if done.counters is not None:
             self.last_counters = done.counters
-        by_index = {p.index: p for p in self.signature.buffers}
-        arrays = {by_index[i].name: arr for i, arr in done.buffers.items()}
-        kinds = {by_index[i].name: getattr(call.buffers[i], "dtype", None) for i in done.buffers}
-        return Outputs(arrays, kinds)
 
     def compile(self, *, backend: str | None = None, sanitize: bool | str | None = None
                 ) -> Kernel:

@@ -22,9 +22,10 @@ from .gpu.counters import Counters
 from .gpu.model import Estimate, estimate
 from .kernel import Launch
 from .library_kernel import LibraryLaunch
+from .recording import profiling_calls
 
 __all__ = ["MODELLED", "GpuChoice", "chip_for", "counters_from", "counters_of", "estimate_for",
-           "estimate_of", "model_label", "model_ratio"]
+           "estimate_of", "model_label", "model_ratio", "plain_counters"]
 
 GpuChoice = Chip | str | bool | None
 MODELLED = "modelled"  # the objective: modelled time on the chosen chip, in seconds
@@ -47,27 +48,46 @@ def chip_for(choice: GpuChoice) -> Chip | None:
 
 
 def counters_of(built: Any, inputs: Sequence[Any] = ()) -> Counters | None:
-    """The counters of one profiled call of `built` (on sim); None for a plain callable,
-    which the profiler cannot see into."""
+    """The counters of one profiled call of `built` (on sim): a `Launch`, a
+    `LibraryLaunch`, or a plain callable that dispatches one kernel (a family's `run`, a
+    function around one launch). None for a callable that dispatches no kernel or
+    several (`plain_counters` says which)."""
     if isinstance(built, LibraryLaunch):
         built(profile=True)
     elif isinstance(built, Launch):
         built(*inputs, profile=True)
     else:
-        return None
+        found = plain_counters(built, inputs)
+        return found[0] if len(found) == 1 else None
     return built.last_counters
 
 
-def estimate_of(built: Any, inputs: Sequence[Any], chip: Chip
+def plain_counters(call: Any, inputs: Sequence[Any] = ()) -> list[Counters]:
+    """The counters of every kernel one call of `call` dispatches, in order."""
+    with profiling_calls() as completions:
+        call(*inputs)
+    return [c.counters for c in completions if c.counters is not None]
+
+
+def estimate_of(built: Any, inputs: Sequence[Any], chip: Chip,
+                dispatched: Sequence[str] | None = None
                 ) -> tuple[Counters | None, Estimate | None, str | None]:
     """`built`'s counters, its estimate on `chip`, and why there is no estimate (or None).
-    A profiled run that fails, or a launch `chip` could not run, leaves a reason, not an
-    exception: the timed runs stand on their own."""
-    if not isinstance(built, (Launch, LibraryLaunch)):
-        return None, None, ("not modelled: a plain callable, not a Launch (the profiler "
-                            "runs Launches)")
+    A profiled run that fails, a callable that dispatches no kernel or several, or a
+    launch `chip` could not run leaves a reason, not an exception: the timed runs stand
+    on their own. `dispatched`: the kernels a plain call of `built` was seen to make
+    (`recording.watching_calls`), when known: a callable that made none or several is not
+    called again to find out."""
     try:
-        counters = counters_of(built, inputs)
+        if isinstance(built, (Launch, LibraryLaunch)):
+            counters = counters_of(built, inputs)
+        else:
+            if dispatched is not None and len(dispatched) != 1:
+                return None, None, _not_one_kernel(list(dispatched))
+            found = plain_counters(built, inputs)
+            if len(found) != 1:
+                return None, None, _not_one_kernel([c.kernel for c in found])
+            counters = found[0]
     except (KernelCancelled, UnknownParameterError):
         raise
     except Exception as exc:  # noqa: BLE001 - the model is missing, the run stands
@@ -75,6 +95,14 @@ def estimate_of(built: Any, inputs: Sequence[Any], chip: Chip
     assert counters is not None  # a profiled call always counts
     estimated, reason = estimate_for(counters, chip)
     return counters, estimated, reason
+
+
+def _not_one_kernel(kernels: list[str]) -> str:
+    if not kernels:
+        return "not modelled: a plain callable that dispatched no mtwork kernel"
+    names = ", ".join(dict.fromkeys(kernels))
+    return (f"not modelled: a plain callable that dispatched {len(kernels)} kernels "
+            f"({names}); model them together with mtwork.gpu.estimate_sequence")
 
 
 def estimate_for(counters: Counters | None, chip: Chip | None

@@ -35,6 +35,7 @@ from .kernel import Launch
 from .library_kernel import LibraryLaunch
 from .modelled import estimate_for, estimate_of
 from .oracle import DiffReport, diff
+from .recording import watching_calls
 from .sanitizer import SanitizerReport
 from .timing import Measurement, bench, output_arrays, wait_for
 
@@ -186,7 +187,8 @@ class Runner:
         self.on_phase("running")
         start = time.perf_counter()
         try:
-            outputs, counted, model_note = self._first_call(built, fn)
+            with watching_calls() as dispatched:  # what a plain callable runs
+                outputs, counted, model_note = self._first_call(built, fn)
         except UnknownParameterError:
             raise
         except Exception as exc:  # noqa: BLE001 - this configuration's outcome
@@ -212,19 +214,20 @@ class Runner:
                 return failed
         if self.chip is not None and not self.sanitize and model_note is None:
             self.on_phase("modelling")
-            self._model(outcome, built, counted)
+            self._model(outcome, built, counted, dispatched)
         return outcome
 
-    def _model(self, outcome: Outcome, built: Any, counted: bool) -> None:
+    def _model(self, outcome: Outcome, built: Any, counted: bool,
+               dispatched: list[str]) -> None:
         """The outcome's counters and modelled time: from the first call when it counted,
-        else from a profiled run now."""
+        else from a profiled run now (`dispatched`: the kernels the first call made)."""
         assert self.chip is not None
         if counted:
             outcome.counters = built.last_counters
             outcome.estimate, outcome.model_note = estimate_for(outcome.counters, self.chip)
         else:
             outcome.counters, outcome.estimate, outcome.model_note = estimate_of(
-                built, self.inputs, self.chip)
+                built, self.inputs, self.chip, dispatched)
 
     def _first_call(self, built: Any, fn: Callable[[], Any]
                     ) -> tuple[Any, bool, str | None]:

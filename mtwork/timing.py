@@ -9,10 +9,13 @@ Two habits make kernel timings trustworthy, and both are built in here:
   every variant once per round, rotates which one starts (so no variant always goes
   first, or always runs on a cache the other one warmed) and reports, per variant, the
   median and range of the per-round ratios `baseline / variant`, not a ratio of averages.
-* **Say which clock.** On `metal` the clock brackets a call and the wait for its outputs
-  (host wall time around a synchronised GPU call, so launch overhead is included); on
-  `sim` it measures the CPU emulator, which says nothing about GPU speed. Every result
-  carries a `Clock` whose label appears in every printout and plot.
+* **Say which clock.** On `metal` a call that dispatches one kernel is timed per
+  dispatch, from batches of back-to-back dispatches evaluated at once, with the launch
+  cost (host encoding and the command buffer's round trip) reported apart
+  (`mtwork.batched`); any other call is timed whole, host work included. On `sim` the
+  clock measures the CPU emulator, which says nothing about GPU speed. Every result
+  carries a `Clock` whose label, saying what was measured, appears in every printout and
+  plot.
 
 Times are in seconds throughout; printouts pick a readable unit.
 """
@@ -30,8 +33,10 @@ import mlx.core as mx
 import numpy as np
 
 from .backends import resolve as resolve_backend
+from .batched import PER_DISPATCH, WHOLE_CALL, batched
 from .display import TimeUnit, html_table
 from .kernel import Launch
+from .library_kernel import LibraryLaunch
 
 CLOCK_LABELS = {
     "metal": "GPU time (metal)",
@@ -45,13 +50,16 @@ Timer = Callable[[], float]
 
 @dataclass(frozen=True)
 class Clock:
-    """What a time measures: GPU time on `metal`, emulator CPU time on `sim`."""
+    """What a time measures: GPU time on `metal`, emulator CPU time on `sim`; `method`
+    says how, where it matters (on metal: per dispatch in batches, or whole calls)."""
 
     backend: str
+    method: str = ""
 
     @property
     def label(self) -> str:
-        return CLOCK_LABELS[self.backend]
+        base = CLOCK_LABELS[self.backend]
+        return f"{base}: {self.method}" if self.method else base
 
     def __str__(self) -> str:
         return self.label
@@ -75,6 +83,9 @@ class Measurement:
     name: str | None = None
     warmup: int = 0
     cv_threshold: float = DEFAULT_CV_THRESHOLD
+    # On metal, per round: what one evaluation costs besides its dispatches (see
+    # mtwork.batched), kept apart from the samples.
+    launch: tuple[float, ...] = ()
 
     def __post_init__(self) -> None:
         if not self.samples:
@@ -89,10 +100,12 @@ class Measurement:
         name: str | None = None,
         warmup: int = 0,
         cv_threshold: float = DEFAULT_CV_THRESHOLD,
+        launch: Iterable[float] = (),
     ) -> Measurement:
         """Build a Measurement from times taken elsewhere (or made up, in tests)."""
         clock = Clock(clock) if isinstance(clock, str) else clock
-        return cls(tuple(float(s) for s in samples), clock, name, warmup, cv_threshold)
+        return cls(tuple(float(s) for s in samples), clock, name, warmup, cv_threshold,
+                   tuple(float(s) for s in launch))
 
     @property
     def rounds(self) -> int:
@@ -137,7 +150,9 @@ class Measurement:
         return {
             "name": self.name,
             "backend": self.clock.backend,
+            "clock_method": self.clock.method,
             "clock": self.clock.label,
+            "launch": list(self.launch),
             "warmup": self.warmup,
             "cv_threshold": self.cv_threshold,
             "samples": list(self.samples),
@@ -153,10 +168,11 @@ class Measurement:
     def from_dict(cls, data: Mapping[str, Any]) -> Measurement:
         return cls.from_samples(
             data["samples"],
-            clock=data["backend"],
+            clock=Clock(data["backend"], data.get("clock_method", "")),
             name=data.get("name"),
             warmup=data.get("warmup", 0),
             cv_threshold=data.get("cv_threshold", DEFAULT_CV_THRESHOLD),
+            launch=data.get("launch", ()),
         )
 
     def summary(self, unit: TimeUnit | None = None) -> str:
@@ -170,6 +186,9 @@ class Measurement:
             f"CV {_format_cv(self.cv)}",
             f"({self.rounds} rounds, {self.warmup} warm-up)",
         ]
+        if self.launch:
+            parts.append(f"launch cost {unit.format(statistics.median(self.launch))} "
+                         "per evaluation, apart")
         if self.unstable:
             parts.append(f"UNSTABLE: CV above {self.cv_threshold:.0%}")
         return "  ".join(parts)
@@ -204,11 +223,14 @@ def bench(
 
     Each timed call waits for the call's outputs before the clock stops: `mx.eval` on
     every `mx.array` it returns (in lists, tuples or dicts too) and, on `metal`,
-    `mx.synchronize()`. `backend` (default: the default backend) picks the clock label;
-    it does not move `fn` to that backend, so run the kernel there yourself (or time a
-    `mtwork.sweeps.Launch`, which is run on it). `setup()`, if given, runs untimed before
-    every call: flush caches, or restore an output a kernel updates in place (what
-    Triton's do_bench and `restore_value` do). `timer` is for tests.
+    `mx.synchronize()`. On `metal`, a call that dispatches one kernel is run once untimed
+    and then timed per dispatch, in batches, its launch cost apart (`mtwork.batched`);
+    the measurement's clock says which. `backend` (default: the default backend) picks
+    the clock; it does not move `fn` to that backend, so run the kernel there yourself (or
+    time a `mtwork.sweeps.Launch`, which is run on it). `setup()`, if given, runs untimed
+    before every call: flush caches, or restore an output a kernel updates in place (what
+    Triton's do_bench and `restore_value` do); such calls are timed whole. `timer` is for
+    tests.
     """
     check_counts(warmup, rounds)
     clock = clock_for(backend)
@@ -217,7 +239,8 @@ def bench(
         call()
     samples = [call()[0] for _ in range(rounds)]
     return Measurement.from_samples(
-        samples, clock=clock, name=name, warmup=warmup, cv_threshold=cv_threshold
+        samples, clock=call.clock, name=name, warmup=warmup, cv_threshold=cv_threshold,
+        launch=call.launch[warmup:],
     )
 
 
@@ -247,23 +270,56 @@ def wait_for(outputs: Any, backend: str) -> None:
         mx.synchronize()
 
 
-def timed(
-    fn: Callable[[], Any], clock: Clock, timer: Timer, setup: Callable[[], Any] | None
-) -> Callable[[], tuple[float, Any]]:
-    def call() -> tuple[float, Any]:
-        if setup is not None:
-            wait_for(setup(), clock.backend)
-        start = timer()
-        outputs = fn()
-        wait_for(outputs, clock.backend)
-        return timer() - start, outputs
+class Timed:
+    """A timed call: `()` gives (seconds, outputs); `clock` says what was measured,
+    `launch` holds each call's launch cost where it was measured apart (metal)."""
 
-    return call
+    clock: Clock
+    launch: list[float]
+
+    def __call__(self) -> tuple[float, Any]:
+        raise NotImplementedError
+
+
+class _WholeCall(Timed):
+    def __init__(self, fn: Callable[[], Any], clock: Clock, timer: Timer,
+                 setup: Callable[[], Any] | None) -> None:
+        self.fn, self.timer, self.setup = fn, timer, setup
+        self.clock = Clock(clock.backend, WHOLE_CALL) if clock.backend == "metal" else clock
+        self.launch = []
+
+    def __call__(self) -> tuple[float, Any]:
+        if self.setup is not None:
+            wait_for(self.setup(), self.clock.backend)
+        start = self.timer()
+        outputs = self.fn()
+        wait_for(outputs, self.clock.backend)
+        return self.timer() - start, outputs
+
+
+class _PerDispatch(Timed):
+    def __init__(self, found: Any, clock: Clock) -> None:
+        self.found, self.clock, self.launch = found, clock, found.launch
+
+    def __call__(self) -> tuple[float, Any]:
+        return self.found()
+
+
+def timed(fn: Callable[[], Any], clock: Clock, timer: Timer,
+          setup: Callable[[], Any] | None, *, per_dispatch: bool = True) -> Timed:
+    """`fn` as a timed call on `clock`'s backend: on metal per dispatch where it can be
+    (`per_dispatch`; see `mtwork.batched`), else as a whole call."""
+    if clock.backend == "metal" and setup is None and per_dispatch:
+        found = batched(fn, timer, lambda outputs: wait_for(outputs, "metal"))
+        if found is not None:
+            return _PerDispatch(found, Clock("metal", PER_DISPATCH))
+    return _WholeCall(fn, clock, timer, setup)
 
 
 def on_backend(fn: Callable[[], Any], backend: str) -> Callable[[], Any]:
-    """A `Launch` is run on the clock's backend, so the label is true for it."""
-    if isinstance(fn, Launch):
+    """A `Launch` (or `LibraryLaunch`) is run on the clock's backend, so the label is true
+    for it."""
+    if isinstance(fn, (Launch, LibraryLaunch)):
         return lambda: fn(backend=backend)
     return fn
 

@@ -61,9 +61,10 @@ def _dims(shape: Any) -> tuple[int, ...]:
 def _fill(fill: Any) -> float | int | None:
     if fill is None:
         return None
-    if not isinstance(fill, (int, float, np.integer, np.floating)) or not np.isfinite(fill):
-        raise ValueError(f"new_buffer: `fill` must be a finite number or None, got "
-                         f"{type(fill).__name__} {fill!r}")
+    if isinstance(fill, (bool, np.bool_)) or not isinstance(
+            fill, (int, float, np.integer, np.floating)):
+        raise ValueError(f"new_buffer: `fill` must be a number (inf and nan too) or None, "
+                         f"got {type(fill).__name__} {fill!r}")
     return fill
 
 
@@ -170,8 +171,11 @@ def fresh(request: NewBuffer, info: TypeInfo | None, what: str) -> Fresh:
     return Fresh(shape, dtype, request.fill)
 
 
-def bind(p: KernelParam, value: Any, info: TypeInfo | None, what: str) -> Bound | Fresh:
-    """The memory `value` gives buffer parameter `p` (`info`: what it points at)."""
+def bind(p: KernelParam, value: Any, info: TypeInfo | None, what: str, *,
+         keep_arrays: bool = False) -> Bound | Fresh:
+    """The memory `value` gives buffer parameter `p` (`info`: what it points at).
+    `keep_arrays`: an ``mx.array`` is bound as it is (an input of an operation of MLX's
+    graph, read when MLX evaluates it), not copied now."""
     if not p.is_pointer:
         if info is None:
             return Bound(raw_bytes(value, what))
@@ -180,6 +184,8 @@ def bind(p: KernelParam, value: Any, info: TypeInfo | None, what: str) -> Bound 
         return fresh(value, info, what)
     if isinstance(value, mx.array):
         check_array_dtype(value, info, what)
+        if keep_arrays:
+            return Bound(value, value.dtype, writable=p.writable)
         view = value.view(mx.uint16) if value.dtype == mx.bfloat16 else value
         # A copy: mx arrays are values; a writable buffer's result comes back in Outputs.
         return Bound(np.array(view, copy=True, order="C"), value.dtype, writable=p.writable)

@@ -100,8 +100,9 @@ def test_cancel_stops_a_kernel_running_in_this_process():
 
     def call():
         try:
-            k(inputs=data(), grid=(N, 1, 1), threadgroup=(64, 1, 1), output_shapes=[(N,)],
-              output_dtypes=[mx.float32], backend="sim", isolate=False)
+            mx.eval(k(inputs=data(), grid=(N, 1, 1), threadgroup=(64, 1, 1),
+                      output_shapes=[(N,)], output_dtypes=[mx.float32], backend="sim",
+                      isolate=False))
         except KernelCancelled as exc:
             caught.append(exc)
 

@@ -105,8 +105,8 @@ def test_compare_mode_names_the_first_difference(engine) -> None:
             atomic_fetch_add_explicit(&counter, 1u, memory_order_relaxed) + inp[0]);
     """)
     with pytest.raises(EngineMismatch, match=r"`engine_tickets`: buffer 1 differs .* first at"):
-        kernel(inputs=[mx.zeros((1,))], grid=(256, 1, 1), threadgroup=(256, 1, 1),
-               output_shapes=[(256,)], output_dtypes=[mx.float32], isolate=False)
+        mx.eval(kernel(inputs=[mx.zeros((1,))], grid=(256, 1, 1), threadgroup=(256, 1, 1),
+                       output_shapes=[(256,)], output_dtypes=[mx.float32], isolate=False))
 
 
 # Two SIMD-groups each load an 8x8 tile: one from device memory (nothing written around
@@ -137,6 +137,7 @@ def test_tile_loads_run_lane_by_lane_only_where_no_lane_writes_around_them(engin
     kernel = mtwork.metal_kernel("engine_tile_loads", ["inp"], ["out"], TILE_LOADS)
     (out,) = kernel(inputs=[mx.array(x)], grid=(64, 1, 1), threadgroup=(64, 1, 1),
                     output_shapes=[(128,)], output_dtypes=[mx.float32], isolate=False)
+    mx.eval(out)
     assert kernel.last_engine.name == "fast"
     out = np.array(out)
     np.testing.assert_array_equal(out[:64], x)
@@ -215,6 +216,7 @@ def test_reduction_loops_run_an_iteration_at_a_time_and_part_where_trip_counts_d
     (out,) = kernel(inputs=[mx.array(x)], template=[("N", columns)], grid=(256, 8, 1),
                     threadgroup=(256, 1, 1), output_shapes=[(8,)], output_dtypes=[mx.float32],
                     isolate=False)
+    mx.eval(out)
     assert kernel.last_engine.name == "fast"
     wide = x.astype(np.float64)
     expected = sum(np.exp(wide * 0.25 * k).sum(1) * 0.25 * k for k in (1, 2, 3))

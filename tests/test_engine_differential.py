@@ -49,11 +49,14 @@ REPRESENTATIVE = [
 # keeps; in MLX's FFTs (threads past the transform return before its barriers), gemv_t
 # and mlx-audio's dot_product the threads of a group do not all reach each barrier, which
 # the fast engine finds at its first call and leaves to the fibers, as the GPU runs it.
+# The dsv4 router's and bitonic top-k's loops store and load a lane's own slots through
+# the same text (`slot_value[i]`) between barriers: the text check cannot tell the lanes'
+# elements apart, and errs towards lockstep, which costs speed only.
 LOCKSTEP = "rely on touching threadgroup memory in lockstep"
 DIVERGED = "did not all reach the same barrier or SIMD-group function"
 ON_FIBERS = [
-    (re.compile(r"(mtw_)?kernel_flash_attn_ext\w*|mtw_(rader_|bluestein_|four_step_)?fft"),
-     LOCKSTEP),
+    (re.compile(r"(mtw_)?kernel_flash_attn_ext\w*|mtw_(rader_|bluestein_|four_step_)?fft|"
+                r"moe_router|topk_bitonic"), LOCKSTEP),
     (re.compile(r"(rader_|bluestein_|four_step_)?fft<.*>|(mtw_)?gemv_t\b.*|"
                 r"(mtw_)?dot_product\b.*"), DIVERGED),
 ]

@@ -322,3 +322,179 @@ def test_no_races_out_of_bounds_accesses_or_unwritten_outputs(launch, inputs):
                   output_shapes=launch.output_shapes, output_dtypes=launch.output_dtypes,
                   template=launch.template, sanitize=True)  # raises on any finding
     assert launch.kernel.last_sanitizer_report.ok
+
+
+# --- CSA / HCA compressor pool ----------------------------------------------------------------
+
+
+POOLS = [fam.PoolShape(tokens=27, dim=48, rate=4, overlap=True),  # CSA, 6 windows + 3 left
+         fam.PoolShape(tokens=300, dim=16, rate=128, overlap=False)]  # HCA, 2 windows + 44
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape", POOLS, ids=lambda s: s.name)
+def test_compressor_pool_matches_the_oracle(shape, dtype):
+    inputs = fam.pool_inputs(shape, dtype, seed=13)
+    out = run(fam.pool_launch(shape, dtype, threads=32), inputs)[0]
+    assert out.shape == (shape.windows, shape.dim)
+    mtwork.assert_close(out, fam.pool_reference_for(shape)(*inputs))
+
+
+def test_pool_oracle_on_cases_worked_by_hand():
+    rate, dim = 2, 3
+    kv = np.arange(4 * 2 * dim, dtype=np.float64).reshape(4, 2 * dim)
+    flat = np.zeros_like(kv)
+    # Equal scores: each window's entry is the mean of its slots. CSA window 0 has only its
+    # own two tokens (second half of the channels); window 1 adds window 0's first half.
+    out = reference.compressor_pool(kv, flat, np.zeros((rate, 2 * dim)), rate, overlap=True)
+    np.testing.assert_array_equal(out[0], kv[0:2, dim:].mean(axis=0))
+    np.testing.assert_array_equal(out[1], (kv[0:2, :dim].sum(0) + kv[2:4, dim:].sum(0)) / 4)
+    # HCA: the APE alone can make the second slot dominate.
+    ape = np.array([[0.0] * dim, [100.0] * dim])
+    out = reference.compressor_pool(kv[:, :dim], flat[:, :dim], ape, rate, overlap=False)
+    np.testing.assert_allclose(out, kv[[1, 3], :dim], rtol=1e-12)
+
+
+@pytest.mark.parametrize("overlap", [False, True], ids=["HCA", "CSA"])
+def test_compressor_pool_follows_a_dominant_score(overlap):
+    shape = fam.PoolShape(tokens=16, dim=32, rate=4, overlap=overlap)
+    kv, gate, ape = fam.pool_inputs(shape, seed=14)
+    gate = np.array(gate)
+    gate[6, -shape.dim:] = 60.0  # token 6's own-window slot outweighs all others (e^-50)
+    out = np.array(run(fam.pool_launch(shape), [kv, mx.array(gate), ape])[0])
+    np.testing.assert_allclose(out[1], np.array(kv)[6, -shape.dim:], rtol=1e-6, atol=1e-6)
+
+
+# --- mHC collapse and expand ------------------------------------------------------------------
+
+
+MHC_TOKENS, MHC_DIM = 6, 64
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("per_thread", [1, 4])
+def test_mhc_collapse_matches_the_oracle_with_each_tokens_own_weights(dtype, per_thread):
+    pre = fam.mhc_weights(MHC_TOKENS, seed=15)[0]
+    one = fam.streams_input(1, MHC_DIM, dtype, seed=16)
+    streams = mx.repeat(one, MHC_TOKENS, axis=0)  # the same streams for every token
+    out = run(fam.collapse_launch(MHC_TOKENS, MHC_DIM, dtype, per_thread=per_thread,
+                                  threads=8), [streams, pre])[0]
+    mtwork.assert_close(out, fam.collapse_reference(streams, pre))
+    # Only the weights differ between tokens, and so do the results: dynamic, per token.
+    rows = np.array(out.astype(mx.float32))
+    assert len({row.tobytes() for row in rows}) == MHC_TOKENS
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("per_thread", [1, 8])
+def test_mhc_expand_matches_the_oracle(dtype, per_thread):
+    _, post, comb = fam.mhc_weights(MHC_TOKENS, seed=17)
+    streams = fam.streams_input(MHC_TOKENS, MHC_DIM, dtype, seed=18)
+    f = fam.streams_input(MHC_TOKENS, MHC_DIM, dtype, seed=19)[:, 0]
+    out = run(fam.expand_launch(MHC_TOKENS, MHC_DIM, dtype, per_thread=per_thread),
+              [f, streams, post, comb])[0]
+    expected = fam.expand_reference(f, streams, post, comb)
+    mtwork.assert_close(out, expected)
+    # comb's orientation matters: its transpose (rows into columns) is far out of band.
+    transposed = fam.expand_reference(f, streams, post, np.swapaxes(np.array(comb), 1, 2))
+    assert not mtwork.diff(out, transposed).ok
+
+
+def test_mhc_expand_moves_streams_by_a_permutation_comb():
+    # comb[m, n] = 1 when n = (m + 1) % 4 and post = 0: old stream m becomes new stream m + 1.
+    shift = np.roll(np.eye(4, dtype=np.float32), 1, axis=1)
+    comb = mx.array(np.broadcast_to(shift, (MHC_TOKENS, 4, 4)).copy())
+    post = mx.zeros((MHC_TOKENS, 4))
+    streams = fam.streams_input(MHC_TOKENS, MHC_DIM, seed=20)
+    f = streams[:, 0]
+    out = run(fam.expand_launch(MHC_TOKENS, MHC_DIM), [f, streams, post, comb])[0]
+    mtwork.assert_bitwise_equal(out, mx.roll(streams, 1, axis=1))
+    np.testing.assert_array_equal(fam.expand_reference(f, streams, post, comb),
+                                  np.roll(np.array(streams), 1, axis=1))
+
+
+# --- CSA decode: SDPA over a gather list --------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape, lists, simdgroups", [
+    (fam.AttentionShape(batch=2, heads=4, kv_heads=2, length=90, head_dim=64),
+     dict(top_k=20, window=16, capacity=48), 4),
+    (fam.AttentionShape(batch=1, heads=3, kv_heads=1, length=40, head_dim=32),
+     dict(top_k=1, window=2), 8),
+], ids=["gqa-padded-list", "mqa-fewer-entries-than-simdgroups"])
+def test_csa_sdpa_decode_matches_the_oracle(dtype, shape, lists, simdgroups):
+    inputs = fam.csa_inputs(shape, dtype=dtype, seed=21, **lists)
+    out = run(fam.csa_launch(shape, dtype, simdgroups=simdgroups), inputs)[0]
+    tol = fam.SDPA_TOLERANCE[dtype]
+    expected = fam.csa_reference(*inputs)
+    mtwork.assert_close(out, expected, atol=tol, rtol=tol)
+    # The list matters: attending to every row instead is far out of band.
+    dense = reference.sdpa_sink(*inputs[:3], inputs[4], float(np.array(inputs[5])))
+    assert not mtwork.diff(out, dense, atol=tol, rtol=tol).ok
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_csa_sdpa_over_every_row_in_order_is_the_dense_kernel_bit_for_bit(dtype):
+    shape = fam.AttentionShape(batch=2, heads=4, kv_heads=1, length=37, head_dim=64)
+    q, k, v, sinks, scale = fam.sdpa_inputs(shape, dtype, seed=22)
+    every = mx.array(np.tile(np.arange(37, dtype=np.int32), (2, 1)))
+    sparse = run(fam.csa_launch(shape, dtype), [q, k, v, every, sinks, scale])[0]
+    dense = run(fam.sdpa_launch(shape, dtype), [q, k, v, sinks, scale])[0]
+    mtwork.assert_bitwise_equal(sparse, dense)
+
+
+def test_csa_sdpa_with_an_empty_list_gives_the_sink_all_the_mass():
+    shape = fam.AttentionShape(batch=1, heads=2, kv_heads=1, length=8, head_dim=32)
+    q, k, v, _, sinks, scale = fam.csa_inputs(shape, top_k=2, window=2, seed=23)
+    empty = mx.full((1, 5), -1, dtype=mx.int32)
+    out = run(fam.csa_launch(shape), [q, k, v, empty, sinks, scale])[0]
+    np.testing.assert_array_equal(np.array(out), 0.0)
+
+
+def test_csa_lists_hold_the_window_and_distinct_earlier_rows():
+    lists = np.array(fam.csa_indices(3, 50, top_k=10, window=8, capacity=24, seed=24))
+    for row in lists:
+        rows = row[row >= 0]
+        assert len(rows) == 18 and len(set(rows)) == 18
+        assert set(range(42, 50)) <= set(rows) and (rows[~np.isin(rows, range(42, 50))] < 42).all()
+    with pytest.raises(ValueError, match="capacity"):
+        fam.csa_indices(1, 50, top_k=10, window=8, capacity=12)
+
+
+# --- the new kernels sanitized ------------------------------------------------------------------
+
+
+def sanitized_cases():
+    pool = fam.PoolShape(tokens=10, dim=32, rate=4, overlap=True)
+    tokens, dim = 3, 32
+    weights = fam.mhc_weights(tokens, seed=25)
+    streams = fam.streams_input(tokens, dim, seed=26)
+    attention = fam.AttentionShape(batch=1, heads=2, kv_heads=1, length=24, head_dim=32)
+    return {
+        "compressor_pool": (fam.pool_launch(pool, threads=16), fam.pool_inputs(pool, seed=27)),
+        "mhc_collapse": (fam.collapse_launch(tokens, dim, per_thread=2, threads=8),
+                         [streams, weights[0]]),
+        "mhc_expand": (fam.expand_launch(tokens, dim, per_thread=2, threads=8),
+                       [streams[:, 0], streams, weights[1], weights[2]]),
+        "csa_sdpa_decode": (fam.csa_launch(attention, simdgroups=2),
+                            fam.csa_inputs(attention, top_k=4, window=4, capacity=11,
+                                           seed=28)),
+    }
+
+
+@pytest.mark.parametrize("name", ["compressor_pool", "mhc_collapse", "mhc_expand",
+                                  "csa_sdpa_decode"])
+def test_new_kernels_run_sanitized_without_findings(name):
+    launch, inputs = sanitized_cases()[name]
+    launch(*inputs, backend="sim", sanitize=True)
+    assert launch.sanitizer_report.ok, str(launch.sanitizer_report)
+
+
+def test_launches_reject_knobs_the_kernels_cannot_take():
+    with pytest.raises(ValueError, match="per_thread"):
+        fam.expand_launch(2, 64, per_thread=3)
+    with pytest.raises(ValueError, match="no window"):
+        fam.PoolShape(tokens=3, dim=8, rate=4, overlap=False)
+    with pytest.raises(ValueError, match="dtype"):
+        fam.collapse_launch(2, 64, mx.int32)

@@ -74,8 +74,9 @@ def test_chunked_algebra_equals_the_recurrence(chunk):
 @pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
 @pytest.mark.parametrize(
     "name, options",
-    [("seq", {}), ("seq", {"xor_tree": True}), ("packed", {}), ("wy", {"chunk": 8, "rows": 4})],
-    ids=["seq", "seq-xor-tree", "packed", "wy"],
+    [("seq", {}), ("seq", {"xor_tree": True}), ("packed", {}), ("wy", {"chunk": 8, "rows": 4}),
+     ("wy_mma", {"chunk": 8, "value_tile": 16, "simdgroups": 2})],
+    ids=["seq", "seq-xor-tree", "packed", "wy", "wy-mma"],
 )
 def test_kernel_matches_the_recurrence(name, options, dtype):
     inputs = fam.make_inputs(PROBLEM, dtype, seed=7)
@@ -88,6 +89,22 @@ def test_wy_pads_the_last_chunk(chunk, rows, tokens):
     inputs = fam.make_inputs(fam.Problem(1, tokens, 2, 2, 64, 16), seed=tokens, max_decay=1.0)
     check_against_oracle(fam.run("wy", inputs, chunk=chunk, rows=rows), inputs,
                          f"wy chunk={chunk}")
+
+
+@pytest.mark.parametrize("tokens", [1, 5, 32, 45])
+@pytest.mark.parametrize("chunk, value_tile, simdgroups", [(8, 8, 1), (16, 16, 2), (32, 16, 1)])
+def test_wy_mma_pads_the_last_chunk(chunk, value_tile, simdgroups, tokens):
+    inputs = fam.make_inputs(fam.Problem(1, tokens, 2, 2, 64, 16), seed=tokens, max_decay=1.0)
+    outputs = fam.run("wy_mma", inputs, chunk=chunk, value_tile=value_tile,
+                      simdgroups=simdgroups)
+    check_against_oracle(outputs, inputs, f"wy_mma chunk={chunk}")
+
+
+def test_wy_mma_at_the_head_dimensions_of_qwen3_next():
+    # Dk = Dv = 128: 16 fragments of the state per value fragment in each SIMD-group.
+    inputs = fam.make_inputs(fam.Problem(1, 20, 1, 1, 128, 128), mx.bfloat16, seed=8)
+    outputs = fam.run("wy_mma", inputs, chunk=16, value_tile=32, simdgroups=2)
+    check_against_oracle(outputs, inputs, "wy_mma Dk=Dv=128")
 
 
 def test_state_kept_in_float16():
@@ -122,12 +139,47 @@ def test_bitwise_comparison_sees_a_different_summation_order():
     assert mtwork.diff(y, y_seq, bitwise=True).n_mismatch > 0
 
 
+# --- the tiled WY kernel against the scalar one ------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+def test_wy_mma_is_bitwise_equal_across_its_value_tiles_simdgroups_and_padding(dtype):
+    # Which SIMD-group or threadgroup computes a value column, and where a tile's rows sit
+    # in threadgroup memory, change nothing in how: the same fragments meet in the same
+    # multiply-accumulates, so the bits are the same.
+    inputs = fam.make_inputs(fam.Problem(2, 45, 1, 2, 64, 32), dtype, seed=9)
+    reference = fam.run("wy_mma", inputs, chunk=16, value_tile=8, simdgroups=1)
+    for value_tile, simdgroups, pad in [(16, 2, 8), (32, 1, 8), (32, 4, 8), (16, 2, 0)]:
+        outputs = fam.run("wy_mma", inputs, chunk=16, value_tile=value_tile,
+                          simdgroups=simdgroups, pad=pad)
+        for out, ref in zip(outputs, reference):
+            mtwork.assert_bitwise_equal(out, ref)
+
+
+def test_wy_mma_agrees_with_the_scalar_wy_in_band_but_not_bit_for_bit():
+    # Same algebra, other roundings: the tiles' products are chains of fused multiply-adds
+    # and the solve multiplies by the diagonal blocks' inverses, where the scalar kernel
+    # rounds each product and sum and substitutes row by row.
+    inputs = fam.make_inputs(fam.Problem(1, 40, 1, 2, 64, 16), seed=10)
+    tiled = fam.run("wy_mma", inputs, chunk=8)
+    scalar = fam.run("wy", inputs, chunk=8, rows=4)
+    for out, ref, what in zip(tiled, scalar, ("y", "state")):
+        mtwork.assert_close(out, ref, name=f"wy_mma {what} vs wy")
+        assert mtwork.diff(out, ref, bitwise=True).n_mismatch > 0
+    # A chunk size changes the algebra's grouping, hence the bits too (and stays in band).
+    other = fam.run("wy_mma", inputs, chunk=16)
+    assert mtwork.diff(other[1], tiled[1], bitwise=True).n_mismatch > 0
+    check_against_oracle(other, inputs, "wy_mma chunk=16")
+
+
 # --- sanitized ---------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("name, options", [("seq", {}), ("packed", {}),
-                                           ("wy", {"chunk": 4, "rows": 2})],
-                         ids=["seq", "packed", "wy"])
+                                           ("wy", {"chunk": 4, "rows": 2}),
+                                           ("wy_mma", {"chunk": 8, "value_tile": 16,
+                                                       "simdgroups": 2})],
+                         ids=["seq", "packed", "wy", "wy-mma"])
 def test_every_kernel_runs_sanitized_without_findings(name, options):
     # `packed` stores its state back from a private array in a loop that clang makes one
     # memcpy: `state_out` is written through a copy, which the sanitizer must see.
@@ -150,6 +202,30 @@ def test_wy_constraints_follow_the_threadgroup_budget():
     assert (32, 1) not in allowed  # 4 (8192 + 2048 + 64 + 128) = 41728 bytes
     with pytest.raises(ValueError, match="threadgroup memory"):
         fam.wy_launch(problem, chunk=32, rows=1)
+
+
+def test_wy_mma_constraints_follow_the_threadgroup_budget_and_the_tiles():
+    problem = fam.Problem(1, 1, 1, 1, 128, 64)
+    rules = [constraint(c) for c in fam.tiled.constraints(problem)]
+
+    def allowed(chunk, value_tile, simdgroups):
+        config = Config({"chunk": chunk, "value_tile": value_tile, "simdgroups": simdgroups})
+        return all(rule(config) for rule in rules)
+
+    assert allowed(16, 64, 8)  # 4 (2 16 136 + 2 16 24 + 160) = 21120 bytes
+    assert not allowed(32, 64, 8)  # 4 (2 32 136 + 2 32 40 + 320) = 46336 bytes
+    assert not allowed(16, 16, 4)  # two fragments cannot go to four SIMD-groups
+    assert not allowed(8, 48, 1)  # 48 does not divide Dv = 64
+    with pytest.raises(ValueError, match="threadgroup memory"):
+        fam.tiled.launch(problem, chunk=32, value_tile=64)
+    with pytest.raises(ValueError, match="simdgroups"):
+        fam.tiled.launch(problem, chunk=8, value_tile=16, simdgroups=4)
+    with pytest.raises(ValueError, match="chunk"):
+        fam.tiled.launch(problem, chunk=12)
+    with pytest.raises(ValueError, match="value_tile"):
+        fam.tiled.launch(problem, value_tile=12)
+    with pytest.raises(ValueError, match="pad"):
+        fam.tiled.launch(problem, pad=3)
 
 
 def test_launch_helpers_reject_shapes_the_kernels_cannot_take():

@@ -493,3 +493,20 @@ def test_metal_path_runs_through_a_stand_in_for_mx_fast_metal_kernel(lib, metal_
                               threadgroups=2, threads_per_threadgroup=4,
                               backend=metal_on_sim)
     np.testing.assert_array_equal(y, 1 + 2 * np.arange(10))
+
+
+def test_an_authors_copy_of_an_mlx_header_is_the_one_compiled(tmp_path):
+    # load_metal resolves includes in the author's folders before MLX's headers; the build
+    # must too (a library shipping another MLX version's headers compiles with those), and
+    # no precompiled header of the installed ones may stand in for them.
+    own = tmp_path / "mlx" / "backend" / "metal" / "kernels"
+    own.mkdir(parents=True)
+    (own / "utils.h").write_text("#pragma once\n#include <metal_stdlib>\n"
+                                 "using namespace metal;\nconstant float OWN_COPY = 7.0f;\n")
+    lib = load_metal('#include "mlx/backend/metal/kernels/utils.h"\n'
+                     "[[kernel]] void k(device float* o [[buffer(0)]],\n"
+                     "                  uint i [[thread_position_in_grid]]) { o[i] = OWN_COPY; }\n",
+                     include_dirs=[tmp_path])
+    out = lib.kernel("k")(buffers={0: new_buffer(32)}, grid=32,
+                          threads_per_threadgroup=32)
+    assert np.all(out["o"] == 7.0)

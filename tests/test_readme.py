@@ -30,7 +30,8 @@ def test_every_variable_the_package_reads_is_in_the_settings_table():
     root = Path(__file__).resolve().parents[1]
     read = set()
     for path in (root / "mtwork").rglob("*"):
-        if path.suffix in {".py", ".h", ".cpp"} or path.parent.name == "include":
+        if path.is_file() and (path.suffix in {".py", ".h", ".cpp"}
+                               or path.parent.name == "include"):
             read |= set(re.findall(r"MTWORK_[A-Z_]+[A-Z]", path.read_text(errors="replace")))
     read.discard("MTWORK_EMULATOR")  # the __HAVE_MTWORK_EMULATOR__ macro, not a variable
     readme = (root / "README.md").read_text()

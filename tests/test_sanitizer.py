@@ -182,8 +182,8 @@ def test_a_faulty_kernel_reports_and_the_next_call_works():
     bad = mtwork.metal_kernel("segv", ["inp"], ["out"],
                               "device float* p = (device float*)0x40;\nout[0] = p[0];")
     with pytest.raises(mtwork.KernelFault):
-        bad(inputs=[mx.zeros((1,))], grid=(1, 1, 1), threadgroup=(1, 1, 1),
-            output_shapes=[(1,)], output_dtypes=[mx.float32])
+        mx.eval(bad(inputs=[mx.zeros((1,))], grid=(1, 1, 1), threadgroup=(1, 1, 1),
+                    output_shapes=[(1,)], output_dtypes=[mx.float32]))
     good = mtwork.metal_kernel("after", ["inp"], ["out"], "out[0] = inp[0] + 1;")
     out = good(inputs=[mx.zeros((1,))], grid=(1, 1, 1), threadgroup=(1, 1, 1),
                output_shapes=[(1,)], output_dtypes=[mx.float32])[0]

@@ -114,6 +114,7 @@ def test_a_backend_plugs_in_with_one_registration():
         x = mx.arange(N, dtype=mx.float32)
         out = kernel(inputs=[x], grid=(N, 1, 1), threadgroup=(32, 1, 1),
                      output_shapes=[(N,)], output_dtypes=[mx.float32], backend="counting")[0]
+        mx.eval(out)  # an operation of MLX's graph: it is dispatched when evaluated
         lib = mtwork.load_metal(LIBRARY_OOB.replace("i + 1", "i")).kernel("shift")
         copied = lib(buffers=[np.arange(N, dtype=np.float32), mtwork.new_buffer(N)], grid=N,
                      threads_per_threadgroup=32, backend="counting")

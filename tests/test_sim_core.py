@@ -281,6 +281,8 @@ def test_no_outputs_is_rejected():
 
 
 # ---- faults become exceptions; the process carries on ------------------------------------
+# A call is an operation of MLX's graph: what goes wrong as it runs is raised where MLX
+# evaluates it (`mx.eval` here), as MLX raises its own kernels' errors.
 
 def test_compile_error_quotes_the_authors_line():
     kernel = mtwork.metal_kernel("typo", ["a"], ["out"], """
@@ -300,7 +302,7 @@ def test_wild_pointer_is_a_kernel_fault_naming_kernel_and_thread():
         out[0] = p[thread_position_in_grid.x * 1024];
     """)
     with pytest.raises(mtwork.KernelFault, match="wild.*segmentation fault.*thread"):
-        kernel(**{**GOOD, "grid": (64, 1, 1), "threadgroup": (32, 1, 1)})
+        mx.eval(kernel(**{**GOOD, "grid": (64, 1, 1), "threadgroup": (32, 1, 1)}))
     assert mx.array_equal(_copy_kernel()(**GOOD)[0], mx.zeros((1,)))
 
 
@@ -327,7 +329,7 @@ def test_simdgroups_at_different_barriers_is_a_deadlock():
         out[0] = 1;
     """)
     with pytest.raises(mtwork.KernelDeadlock, match="different threadgroup_barrier"):
-        kernel(**{**GOOD, "grid": (64, 1, 1), "threadgroup": (64, 1, 1)})
+        mx.eval(kernel(**{**GOOD, "grid": (64, 1, 1), "threadgroup": (64, 1, 1)}))
 
 
 def test_endless_kernel_is_stopped_by_the_watchdog():
@@ -337,7 +339,7 @@ def test_endless_kernel_is_stopped_by_the_watchdog():
         out[0] = n;
     """)
     with pytest.raises(mtwork.KernelTimeout, match="endless"):
-        kernel(**GOOD, timeout=0.5)
+        mx.eval(kernel(**GOOD, timeout=0.5))
     assert mx.array_equal(_copy_kernel()(**GOOD)[0], mx.zeros((1,)))
 
 
@@ -348,7 +350,7 @@ def test_threadgroup_memory_over_32_kib_is_an_error():
         out[0] = big[0];
     """)
     with pytest.raises(mtwork.ThreadgroupMemoryError, match="32768"):
-        kernel(**GOOD)
+        mx.eval(kernel(**GOOD))
 
 
 def test_a_kernel_hiding_its_simd_calls_still_runs_correctly():
@@ -374,5 +376,5 @@ def test_a_kernel_hiding_its_simd_calls_still_runs_correctly():
 def test_traps_become_kernel_faults(body, what):
     kernel = mtwork.metal_kernel("trapping", ["a"], ["out"], body)
     with pytest.raises(mtwork.KernelFault, match=what):
-        kernel(**GOOD)
+        mx.eval(kernel(**GOOD))
     assert mx.array_equal(_copy_kernel()(**GOOD)[0], mx.zeros((1,)))

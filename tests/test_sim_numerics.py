@@ -43,6 +43,7 @@ def launch(kernel, inputs, outputs, threads: int):
         output_shapes=[(size,) for size, _ in outputs],
         output_dtypes=[dtype for _, dtype in outputs],
     )
+    mx.eval(results)
     return results
 
 

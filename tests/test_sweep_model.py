@@ -247,6 +247,23 @@ def test_compare_on_sim_ranks_by_the_model() -> None:
     assert text.index("\ntiled ") < text.index("\nnaive ")  # the table in ranked order
 
 
+def test_compare_models_a_callable_that_dispatches_one_kernel() -> None:
+    # A family's `run` or a function around one launch: its kernel call is profiled.
+    naive, tiled = transpose({"tile": 0}), transpose({"tile": 16})
+    c = mtwork.compare({"naive": lambda: naive(X)[0] + 1, "tiled": lambda: tiled(X)},
+                       rounds=2, warmup=1)
+    assert c.ranked_by == "modelled" and c.ranked() == ["tiled", "naive"]
+    assert c.estimates["naive"].kernel == "transpose_naive"
+    assert c.model_verdict().startswith(f"on {mtwork.gpu.default_gpu().label} the model "
+                                        "expects tiled to win: ")
+    both = mtwork.compare({"one": lambda: naive(X), "two": lambda: (naive(X), tiled(X))},
+                          rounds=1, warmup=0)
+    assert both.ranked_by == "measured"
+    assert "dispatched 2 kernels" in both.model_notes["two"]
+    assert "estimate_sequence" in both.model_notes["two"]
+    assert "cannot rank" in both.model_verdict() and "dispatched 2 kernels" in both.model_verdict()
+
+
 def test_compare_of_plain_callables_ranks_by_the_clock_and_says_why() -> None:
     c = mtwork.compare({"a": lambda: mx.zeros(4), "b": lambda: mx.ones(4)}, rounds=2,
                        warmup=0)

@@ -16,7 +16,8 @@ FOLDER = Path(__file__).parent  # where this family's .metal files are
 
 DESCRIPTION = (
     "DeepSeek-V4: MXFP4 and FP8 block dequant, sqrt-softplus MoE router, partial RoPE, "
-    "indexer score and bitonic top-k, mHC Sinkhorn split, decode SDPA with a sink"
+    "indexer score and bitonic top-k, CSA/HCA compressor pool, mHC Sinkhorn split, "
+    "collapse and expand, decode SDPA with a sink, dense and over a CSA gather list"
 )
 
 
@@ -56,6 +57,18 @@ KERNELS = {
     "sdpa_decode_sink": _spec(
         "sdpa_decode_sink", ["q", "k", "v", "sinks", "scale"], ["out"],
         "one threadgroup per head: online softmax per SIMD-group, merged with the sink"),
+    "compressor_pool": _spec(
+        "compressor_pool", ["kv", "gate", "ape"], ["out"],
+        "one thread per (channel, window): one online-softmax pass over the window's slots"),
+    "mhc_collapse": _spec(
+        "mhc_collapse", ["streams", "pre"], ["x"],
+        "one thread per EPT features of a token: the 4 streams weighted by the token's pre"),
+    "mhc_expand": _spec(
+        "mhc_expand", ["f", "streams", "post", "comb"], ["out"],
+        "one thread per EPT features of a token: post f plus the streams mixed by comb"),
+    "csa_sdpa_decode": _spec(
+        "csa_sdpa_decode", ["q", "k", "v", "indices", "sinks", "scale"], ["out"],
+        "sdpa_decode_sink over the cache rows of a gather list (top-k and sliding window)"),
 }
 
 DTYPES = (mx.float32, mx.float16, mx.bfloat16)
@@ -67,7 +80,8 @@ MIXES = (2 + HC) * HC
 # DeepSeek-V4-Flash's sizes and constants (some are the helpers' defaults below).
 FLASH = {"hidden": 4096, "experts": 256, "top_k": 6, "head_dim": 512, "rope_dims": 64,
          "index_heads": 64, "index_head_dim": 128, "index_topk": 512,
-         "sinkhorn_iters": 20, "hc_eps": 1e-6, "route_scale": 1.5, "rope_base": 10000.0}
+         "sinkhorn_iters": 20, "hc_eps": 1e-6, "route_scale": 1.5, "rope_base": 10000.0,
+         "csa_rate": 4, "hca_rate": 128, "sliding_window": 128}
 
 
 def dtype_name(dtype: mx.Dtype) -> str:

@@ -242,3 +242,51 @@ def sdpa_launch(shape: AttentionShape, dtype: mx.Dtype = mx.float32, *,
 # Tolerance bands: elementwise results use the dtype's default band; attention
 # accumulates over the keys, so it gets the wider SDPA band of the kernels' origin.
 SDPA_TOLERANCE = {mx.float32: 1e-3, mx.float16: 3e-3, mx.bfloat16: 1.5e-2}
+
+
+# --- CSA decode: SDPA with a sink over a gather list ------------------------------------------
+
+
+def csa_indices(batch: int, length: int, top_k: int, window: int, capacity: int | None = None,
+                seed: int = 0) -> mx.array:
+    """Gather lists [batch, capacity] int32, as DeepSeek-V4's CSA decode builds them: the
+    last `window` rows of the cache (the sliding window) and `top_k` of the rows before
+    them (standing for the indexer's choice, drawn at random), in no particular order,
+    padded with -1 to `capacity` (default top_k + window)."""
+    capacity = capacity or top_k + window
+    if not 0 <= window <= length or not 0 <= top_k <= length - window:
+        raise ValueError(f"window={window} and top_k={top_k} must fit in length={length} "
+                         "(window <= length, top_k <= length - window)")
+    if capacity < top_k + window:
+        raise ValueError(f"capacity={capacity} is below top_k + window = {top_k + window}")
+    rng = np.random.default_rng(seed)
+    lists = np.full((batch, capacity), -1, np.int32)
+    for b in range(batch):
+        chosen = rng.choice(length - window, top_k, replace=False)
+        rows = np.concatenate([chosen, np.arange(length - window, length)])
+        lists[b, rng.permutation(capacity)[:rows.size]] = rows
+    return mx.array(lists)
+
+
+def csa_inputs(shape: AttentionShape, top_k: int, window: int, dtype: mx.Dtype = mx.float32,
+               seed: int = 0, capacity: int | None = None) -> list[mx.array]:
+    """[q, k, v, indices, sinks, scale]: `sdpa_inputs` with gather lists (`csa_indices`)
+    inserted before the sinks."""
+    q, k, v, sinks, scale = sdpa_inputs(shape, dtype, seed)
+    indices = csa_indices(shape.batch, shape.length, top_k, window, capacity, seed)
+    return [q, k, v, indices, sinks, scale]
+
+
+def csa_reference(q, k, v, indices, sinks, scale) -> np.ndarray:
+    return reference.csa_sdpa(q, k, v, np.array(indices), sinks, float(np.array(scale)))
+
+
+def csa_launch(shape: AttentionShape, dtype: mx.Dtype = mx.float32, *,
+               simdgroups: int = 4) -> Launch:
+    """As `sdpa_launch`, for csa_sdpa_decode: one threadgroup per (head, batch)."""
+    dense = sdpa_launch(shape, dtype, simdgroups=simdgroups)
+    return replace(dense, kernel=common.KERNELS["csa_sdpa_decode"].kernel())
+
+
+# The sweep's space: SIMD-groups splitting the gather list.
+CSA_SPACE = {"simdgroups": [1, 2, 4, 8]}

@@ -1,5 +1,6 @@
 """DeepSeek-V4 kernels: the weight formats, the MoE router, partial RoPE, the lightning
-indexer's score and top-k, the mHC Sinkhorn split and decode attention with a sink.
+indexer's score and top-k, the CSA/HCA compressor pool, the mHC Sinkhorn split, collapse
+and expand, and decode attention with a sink, dense and over a CSA gather list.
 
 * `mxfp4_dequant`: MXFP4 (e2m1 elements, one e8m0 scale per 32) to T.
 * `fp8_dequant`: e4m3 weights with a float32 scale per (BLOCK x BLOCK) tile to T.
@@ -8,14 +9,22 @@ indexer's score and top-k, the mHC Sinkhorn split and decode attention with a si
 * `partial_rope`: RoPE on the last R features of each head, forward or inverse.
 * `indexer_score`: score[s, t] = sum_h w[s, h] ReLU(q[s, h] . k[t, h]).
 * `topk_bitonic`: per-row top-k by a bitonic sort in threadgroup memory.
+* `compressor_pool`: CSA / HCA compression, every window of tokens pooled into one entry
+  by a per-channel softmax over gate scores plus an absolute position embedding.
 * `sinkhorn_split`: mixes -> (pre, post, comb), comb doubly stochastic by Sinkhorn-Knopp.
+* `mhc_collapse`, `mhc_expand`: the 4 residual streams weighted by a token's pre into the
+  layer's input; the layer's output (times post) and the streams mixed by comb out.
 * `sdpa_decode_sink`: one query token per head, softmax over [scores, sink_h].
+* `csa_sdpa_decode`: the same over the cache rows of a gather list (CSA's top-k entries
+  and sliding window).
 
 T is float32, float16 or bfloat16 wherever a kernel reads or writes model tensors; the
 kernels compute in float32. The formats live in `formats.py`, the float64 oracles in
 `reference.py`, the specs and sizes in `common.py`, the decode-step kernels' inputs and
-launches (indexer, top-k and its sweep space, Sinkhorn, SDPA) in `decode.py`; this module
-holds those of the dequantisers, the router and RoPE, and is the family's interface.
+launches (indexer, top-k and its sweep space, Sinkhorn, SDPA dense and CSA) in
+`decode.py`, the compressor pool's in `compressor.py`, mHC collapse and expand's in
+`mhc.py`; this module holds those of the dequantisers, the router and RoPE, and is the
+family's interface.
 """
 
 from __future__ import annotations
@@ -32,6 +41,8 @@ common = import_sibling(__name__, __file__, "common")
 formats = import_sibling(__name__, __file__, "formats")
 reference = import_sibling(__name__, __file__, "reference")
 decode = import_sibling(__name__, __file__, "decode")
+compressor = import_sibling(__name__, __file__, "compressor")
+mhc = import_sibling(__name__, __file__, "mhc")
 
 # The family's interface (what `mtwork.load_family("dsv4")` gives): the specs and sizes
 # from `common`, the decode-step kernels' helpers from `decode`, the rest defined below.
@@ -53,6 +64,16 @@ sinkhorn_inputs, sinkhorn_reference_for, sinkhorn_launch = (
 sdpa_inputs, sdpa_reference, sdpa_launch = (
     decode.sdpa_inputs, decode.sdpa_reference, decode.sdpa_launch)
 sdpa_threadgroup_bytes, SDPA_TOLERANCE = decode.sdpa_threadgroup_bytes, decode.SDPA_TOLERANCE
+csa_indices, csa_inputs, csa_reference, csa_launch, CSA_SPACE = (
+    decode.csa_indices, decode.csa_inputs, decode.csa_reference, decode.csa_launch,
+    decode.CSA_SPACE)
+PoolShape, pool_inputs, pool_reference_for, pool_launch = (
+    compressor.PoolShape, compressor.pool_inputs, compressor.pool_reference_for,
+    compressor.pool_launch)
+mhc_weights, streams_input = mhc.mhc_weights, mhc.streams_input
+collapse_reference, collapse_launch = mhc.collapse_reference, mhc.collapse_launch
+expand_reference, expand_launch = mhc.expand_reference, mhc.expand_launch
+EXPAND_SPACE, expand_constraints = mhc.EXPAND_SPACE, mhc.expand_constraints
 
 # --- MXFP4 and FP8 dequantisation --------------------------------------------------------
 

@@ -96,7 +96,36 @@ def top_k(scores, k: int) -> tuple[np.ndarray, np.ndarray]:
     return ids.astype(np.int32), np.take_along_axis(s, ids, axis=-1)
 
 
-# --- mHC Sinkhorn split ----------------------------------------------------------------------
+# --- CSA / HCA compressor pool ----------------------------------------------------------------
+
+
+def compressor_pool(kv, gate, ape, rate: int, overlap: bool) -> np.ndarray:
+    """Compress every `rate` tokens into one entry by a softmax-gated pool with an
+    absolute position embedding (APE) added to the gate scores.
+
+    HCA (overlap False): kv, gate [tokens, D], ape [rate, D]; window w's slots are its
+    tokens. CSA (overlap True): kv, gate [tokens, 2D], ape [rate, 2D]; window w's slots are
+    the previous window's tokens on channels [0, D) (none for window 0) and then its own
+    on channels [D, 2D). Per channel, out[w] = sum over slots of softmax(gate + ape) * kv.
+    Tokens past the last whole window are not pooled."""
+    kv, gate, ape = float64(kv), float64(gate), float64(ape)
+    windows = kv.shape[0] // rate
+    width = kv.shape[1] // 2 if overlap else kv.shape[1]
+    kv = kv[:windows * rate].reshape(windows, rate, -1)
+    scores = gate[:windows * rate].reshape(windows, rate, -1) + ape[None]
+    if overlap:
+        previous_kv = np.zeros((windows, rate, width))
+        previous_scores = np.full((windows, rate, width), -np.inf)  # weight e^-inf = 0
+        previous_kv[1:] = kv[:-1, :, :width]
+        previous_scores[1:] = scores[:-1, :, :width]
+        kv = np.concatenate([previous_kv, kv[:, :, width:]], axis=1)
+        scores = np.concatenate([previous_scores, scores[:, :, width:]], axis=1)
+    weights = np.exp(scores - scores.max(axis=1, keepdims=True))
+    weights /= weights.sum(axis=1, keepdims=True)
+    return (weights * kv).sum(axis=1)
+
+
+# --- mHC: Sinkhorn split, collapse and expand --------------------------------------------------
 
 
 def sigmoid(z: np.ndarray) -> np.ndarray:
@@ -126,6 +155,24 @@ def sinkhorn_split(mixes, scale, base, iters: int, eps: float, hc: int = 4):
     return pre, post, comb
 
 
+def mhc_collapse(streams, pre) -> np.ndarray:
+    """streams [tokens, hc, D], pre [tokens, hc] -> x [tokens, D]:
+    x_t = sum_s pre[t, s] streams[t, s]."""
+    return np.einsum("ts,tsd->td", float64(pre), float64(streams))
+
+
+def mhc_expand(f, streams, post, comb) -> np.ndarray:
+    """f [tokens, D], streams [tokens, hc, D], post [tokens, hc], comb [tokens, hc, hc]
+    -> new streams [tokens, hc, D]: stream n receives post[t, n] f_t and, from every old
+    stream m, the share comb[t, m, n] (DeepSeek-V4's hc_post sums comb[m, n] r_m over m)."""
+    f, streams, post, comb = float64(f), float64(streams), float64(post), float64(comb)
+    out = post[:, :, None] * f[:, None, :]
+    for n in range(streams.shape[1]):
+        for m in range(streams.shape[1]):
+            out[:, n] += comb[:, m, n, None] * streams[:, m]
+    return out
+
+
 # --- SDPA decode with a sink -----------------------------------------------------------------
 
 
@@ -142,3 +189,17 @@ def sdpa_sink(q, k, v, sinks, scale: float) -> np.ndarray:
     p = np.exp(logits - logits.max(axis=-1, keepdims=True))
     p /= p.sum(axis=-1, keepdims=True)
     return np.einsum("bhl,bhld->bhd", p[..., :-1], v)
+
+
+def csa_sdpa(q, k, v, indices, sinks, scale: float) -> np.ndarray:
+    """sdpa_sink over a gather list: batch b's query attends only to the cache rows
+    indices[b] names (entries < 0 are empty), plus the sink. A list naming every row once
+    is dense attention."""
+    q, k, v = float64(q), float64(k), float64(v)
+    indices = np.asarray(indices)
+    out = np.empty(q.shape)
+    for b in range(q.shape[0]):
+        rows = indices[b][indices[b] >= 0]
+        out[b] = sdpa_sink(q[b:b + 1], k[b:b + 1, :, rows], v[b:b + 1, :, rows], sinks,
+                           scale)[0]
+    return out

@@ -1,6 +1,6 @@
 """Gated DeltaNet: the recurrence of Qwen3-Next / Kimi Linear style linear attention.
 
-Three kernels compute the same thing:
+Four kernels compute the same thing:
 
 * `seq`: one SIMD-group per value row, two 32-lane reductions per token (decode and
   short prefill; the layout of mlx-lm's `gated_delta_step`).
@@ -8,6 +8,8 @@ Three kernels compute the same thing:
   exactly as `seq`'s butterfly, so its outputs are *bitwise* equal to `seq`'s.
 * `wy`: prefill chunk by chunk in the compact WY form; within a chunk the tokens are
   processed together, chunks run in order.
+* `wy_mma`: the same algebra with its products on 8x8 `simdgroup_matrix` tiles and the
+  triangular solve by blocks of 8 (spec, launch and sweep space in `tiled.py`).
 
 Layouts (mlx-lm's): q, k [B, T, Hk, Dk]; v, y [B, T, Hv, Dv]; g, beta [B, T, Hv];
 state [B, Hv, Dv, Dk]. Hv is a multiple of Hk: value head h reads key head h // (Hv // Hk).
@@ -27,12 +29,15 @@ import mlx.core as mx
 import numpy as np
 
 import mtwork
+from mtwork.families import import_sibling
+
+tiled = import_sibling(__name__, __file__, "tiled")
 
 FOLDER = Path(__file__).parent  # where this family's .metal files are
 
 DESCRIPTION = (
     "Gated DeltaNet recurrence: sequential and packed (bitwise equal) decode kernels and "
-    "the chunked WY prefill"
+    "the chunked WY prefill, scalar and on simdgroup_matrix tiles"
 )
 
 _INPUTS = ["q", "k", "v", "g", "beta", "state_in"]
@@ -66,6 +71,7 @@ KERNELS = {
         output_names=_OUTPUTS,
         description="chunked prefill in the compact WY form; chunk size C <= 32",
     ),
+    "wy_mma": tiled.SPEC,
 }
 
 SIMD_WIDTH = 32
@@ -314,13 +320,15 @@ def packed_left_to_right() -> mtwork.MetalKernel:
     )
 
 
-LAUNCHES = {"seq": seq_launch, "packed": packed_launch, "wy": wy_launch}
+LAUNCHES = {"seq": seq_launch, "packed": packed_launch, "wy": wy_launch,
+            "wy_mma": tiled.launch}
 
 
 def run(name: str, inputs: Inputs, *, backend: str | None = None, **options: Any
         ) -> list[mx.array]:
-    """Run kernel `name` ("seq", "packed" or "wy") on `inputs`: returns [y, state].
-    `options` go to its launch helper (rows, xor_tree, simdgroups, chunk)."""
+    """Run kernel `name` ("seq", "packed", "wy" or "wy_mma") on `inputs`: returns
+    [y, state]. `options` go to its launch helper (rows, xor_tree, simdgroups, chunk,
+    value_tile)."""
     launch = LAUNCHES[name](inputs.problem, inputs.q.dtype, state_dtype=inputs.state.dtype,
                             **options)
     return launch(*inputs, backend=backend)

@@ -30,3 +30,17 @@ inline float gd_packed_row_sum(thread const float* part) {
   x += simd_shuffle_xor(x, 2);
   return x;
 }
+
+// simdgroup_matrix fragments, read and written element by element (gated_delta_wy_mma):
+// lane l holds two neighbouring elements of one row of every 8x8 fragment, row
+// (q & 4) + (l / 2) % 4, columns c and c + 1 with c = (q & 2) * 2 + (l % 2) * 2, q = l / 4
+// (Apple's layout, as MLX's steel/gemm/mma.h reads it).
+#include <metal_simdgroup_matrix>
+
+inline int gd_fragment_row(uint lane) {
+  return int(((lane / 4) & 4) + (lane / 2) % 4);
+}
+
+inline int gd_fragment_col(uint lane) {
+  return int(((lane / 4) & 2) * 2 + (lane % 2) * 2);
+}

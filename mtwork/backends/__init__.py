@@ -17,25 +17,31 @@ the emulator's.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import os
 import threading
 import warnings
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from importlib.metadata import entry_points
 from typing import Protocol
 
 from ..dispatch import Completion, Dispatch, Options, Program
 from ..errors import BackendUnavailable
+from ..recording import record
 from ..sanitizer import SanitizerError, SanitizerWarning
 
-__all__ = ["Backend", "backends", "cancel", "compile", "default_backend", "get", "hold",
-           "names", "register", "resolve", "run", "unregister"]
+__all__ = ["Backend", "backends", "builds_graph", "cancel", "chosen", "compile",
+           "default_backend", "get", "hold", "names", "recording", "register", "resolve",
+           "run", "unregister"]
 
 
 class Backend(Protocol):
-    """What mtwork asks of a backend."""
+    """What mtwork asks of a backend. One whose `dispatch` of a body-form program returns
+    arrays of MLX's graph (lazy, as ``mx.fast.metal_kernel``'s) says so with a true
+    ``builds_graph`` attribute; mtwork makes the calls of every other one operations of
+    MLX's graph itself (`mtwork.graph`)."""
 
     name: str
 
@@ -63,6 +69,7 @@ _reasons: dict[str, str | None] = {}
 _lock = threading.Lock()
 _entry_points_read = False
 _held = 0  # kernel objects alive (`hold`)
+_recorded = threading.local()  # `recording`: this thread's list, while one is open
 
 
 def register(name: str, factory: str | Factory) -> None:
@@ -71,16 +78,18 @@ def register(name: str, factory: str | Factory) -> None:
         raise ValueError(f"a backend's name must be an identifier, got {name!r}")
     with _lock:
         _FACTORIES[name] = factory
-        _instances.pop(name, None)
+        replaced = _instances.pop(name, None)
         _reasons.pop(name, None)
+    del replaced  # outside the lock: what it held may count released kernels (`hold`)
 
 
 def unregister(name: str) -> None:
     """Forgets backend `name` (what `register` added)."""
     with _lock:
         _FACTORIES.pop(name, None)
-        _instances.pop(name, None)
+        removed = _instances.pop(name, None)
         _reasons.pop(name, None)
+    del removed  # outside the lock, as in `register`
 
 
 def _read_entry_points() -> None:
@@ -150,8 +159,18 @@ def resolve(name: str | None) -> str:
     return name
 
 
+def chosen(backend: str | None, options: Options) -> str:
+    """The backend a dispatch with `options` runs on (a sanitized one on ``sim``)."""
+    return resolve("sim" if options.sanitize else backend)
+
+
 def _chosen(backend: str | None, options: Options) -> Backend:
-    return get(resolve("sim" if options.sanitize else backend))
+    return get(chosen(backend, options))
+
+
+def builds_graph(name: str) -> bool:
+    """Whether backend `name` returns body-form results as arrays of MLX's graph."""
+    return bool(getattr(get(name), "builds_graph", False))
 
 
 def compile(program: Program, *, backend: str | None = None,
@@ -189,12 +208,35 @@ def _released() -> None:
         backend.idle()  # type: ignore[attr-defined]
 
 
+@contextlib.contextmanager
+def recording() -> Iterator[list[tuple[Backend, Program, Dispatch]]]:
+    """Within it, each dispatch this thread makes is also listed (the backend, the program
+    and the call), as a timer learns what a function it times dispatches; not those a
+    backend makes inside one (a stand-in backend that runs on another)."""
+    found: list[tuple[Backend, Program, Dispatch]] = []
+    outer = getattr(_recorded, "calls", None)
+    _recorded.calls = found
+    try:
+        yield found
+    finally:
+        _recorded.calls = outer
+
+
 def run(program: Program, call: Dispatch, *, backend: str | None = None) -> Completion:
     """Dispatches `program` on `backend` (None: the default). With the sanitizer on, a
     report with findings raises `SanitizerError` (``"raise"``), warns (``"warn"``) or is
     only kept (``"report"``); the report is on the completion, and on the error as
     `.report`."""
-    completion = _chosen(backend, call.options).dispatch(program, call)
+    picked = _chosen(backend, call.options)
+    calls, depth = getattr(_recorded, "calls", None), getattr(_recorded, "depth", 0)
+    if calls is not None and depth == 0:
+        calls.append((picked, program, call))
+    _recorded.depth = depth + 1
+    try:
+        completion = picked.dispatch(program, call)
+    finally:
+        _recorded.depth = depth
+    record(program, completion)
     report = completion.sanitizer
     if report is not None and not report.ok:
         if call.options.sanitize == "raise":

@@ -4,7 +4,9 @@ counters of what a dispatch does to the GPU, and a modelled time per chip.
     import mtwork
     print(mtwork.gpu.estimate(counters, mtwork.gpu("M2 Max")))
 
-See docs/gpu-model.md for the model, its sources and what it cannot see.
+docs/gpu-model.md is the guide (how to profile and model, what to trust);
+docs/records/gpu-model.md holds the model's terms, its sources, what it cannot see and its
+validation.
 """
 
 import sys
@@ -15,11 +17,14 @@ from .chips import Chip, Source
 from .counters import BufferTraffic, Counters, LaneOps, SimdOps, SourceLine
 from .figures import counters_figure, estimates_figure, lines_figure
 from .model import Assumptions, Estimate, Occupancy, Term, estimate, occupancy
+from .scaling import at_steps, scaled
+from .sequence import Sequence, estimate_sequence
 
 __all__ = [
     "Assumptions", "BufferTraffic", "Chip", "Counters", "Estimate", "LaneOps", "Occupancy",
-    "SimdOps", "Source", "SourceLine", "Term", "chip_names", "chips", "counters_figure",
-    "default_gpu", "estimate", "estimates_figure", "gpu", "lines_figure", "occupancy",
+    "Sequence", "SimdOps", "Source", "SourceLine", "Term", "at_steps", "chip_names",
+    "chips", "counters_figure", "default_gpu", "estimate", "estimate_sequence",
+    "estimates_figure", "gpu", "lines_figure", "occupancy", "scaled",
 ]
 
 

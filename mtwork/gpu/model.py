@@ -23,10 +23,12 @@ work; the slowest names the bound, and the total is that plus the launch overhea
 * launch: a fixed cost per dispatch.
 
 Occupancy (threadgroups resident per core) is limited by threads, threadgroup memory and
-registers per core; ALU and matrix issue slow down below 24 resident SIMD-groups (a SIMD-
-group issues a dependent instruction every ~6 cycles). ALU issue needs fewer of them when
-the kernel's threads keep independent chains (`Counters.ilp`). Per-core terms use the
-busiest core's share of the threadgroups, so a partial last wave counts.
+registers per core; ALU issue slows down below 24 resident SIMD-groups (a SIMD-group
+issues a dependent instruction every ~6 cycles), `simdgroup_matrix` issue below 8 (two
+multiply-accumulates of ~36 cycles' latency in flight per scheduler). ALU issue needs
+fewer of them when the kernel's threads keep independent chains (`Counters.ilp`).
+Per-core terms use the busiest core's share of the threadgroups, so a partial last wave
+counts.
 """
 
 from __future__ import annotations
@@ -65,6 +67,13 @@ FFMA_PER_MMA = 8 * 8 * 8
 # metal-benchmarks: "ALU utilization maxes out at 24 simds/core"; its FFMA32 table gives
 # 11.34 cycles per instruction at 4 SIMD-groups, 5.71 at 8 and 1.99 at 88 (ILP 1).
 SIMDGROUPS_FOR_FULL_ISSUE = 24
+# simdgroup_matrix: metal-benchmarks' "Intra-simd communication" table (M1 Max) gives
+# MATMUL<8x8xF32> a throughput of ~18 cycles and an adjusted latency of ~36 (F16: ~17 and
+# ~34): by Little's law two multiply-accumulates in flight per scheduler, eight per core of
+# four schedulers, keep the matrix pipelines full. A SIMD-group's multiply-accumulates
+# into one accumulator form a chain, so eight SIMD-groups per core reach the full rate
+# whatever their code (kernels with several accumulators need fewer; not credited).
+SIMDGROUPS_FOR_FULL_MATRIX = 8
 # With ILP k a SIMD-group counts as ILP_GAIN[k] SIMD-groups of ILP 1 towards the 24. Fitted
 # to the same FFMA32 table (M1 Max) at ILP 1-4: the slowdown at 4 and 8 SIMD-groups per
 # core against 88 at the same ILP is 5.70, 2.87 (ILP 1); 4.47, 2.27 (2); 3.30, 2.04 (3);
@@ -84,6 +93,14 @@ class Assumptions:
     # ferrox (github.com/antonellof/ferrox) issue #149: an extra tiny dispatch cost 5.16 µs
     # of GPU time on an M2 Pro; an upper bound, as it includes that kernel's own work.
     launch_seconds: float = 5e-6
+    # The same issue: the 832 dispatches cost 0.50 ms of host (CPU) time, 0.61 µs each,
+    # encoded into one command buffer (`mtwork.gpu.sequence`).
+    host_seconds_per_dispatch: float = 0.61e-6
+    # A call that waits for its result pays a command buffer's round trip once:
+    # "There is immense overhead to encode kernels on the CPU in separate encoders or
+    # command buffers. This latency (~10 microseconds)" (philipturner/metal-flash-attention
+    # issue #18).
+    sync_seconds: float = 10e-6
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -104,12 +121,13 @@ class Occupancy:
     threadgroups_per_core: int
     simdgroups_per_core: int
     limited_by: str  # "threads", "threadgroup memory", "registers" or "grid"
-    issue_efficiency: float  # min(1, SIMD-groups per core / 24): matrix issue
+    issue_efficiency: float  # min(1, SIMD-groups per core / 8): matrix issue
     simd_efficiency: float  # active lanes / 32
     ilp: float  # Counters.ilp
     alu_issue_efficiency: float  # min(1, SIMD-groups × ilp_gain(ilp) / 24)
     loads_in_flight: float  # per SIMD-group: Counters.loads_in_flight, else the assumption
     loads_measured: bool  # whether loads_in_flight is the counters' measure
+    registers: int = 0  # per thread, as occupancy takes them (`registers_used`); 0 unknown
 
 
 @dataclass(frozen=True)
@@ -138,7 +156,8 @@ class Estimate:
     def _occupancy_text(self) -> str:
         o = self.occupancy
         return (f"occupancy: {o.threadgroups_per_core} threadgroup(s), "
-                f"{o.simdgroups_per_core} SIMD-groups per core, limited by {o.limited_by}; "
+                f"{o.simdgroups_per_core} SIMD-groups per core, limited by {o.limited_by}"
+                f"{f' ({o.registers} registers a thread)' if o.registers else ''}; "
                 f"issue efficiency {percent_text(o.alu_issue_efficiency)} ALU at ILP "
                 f"{o.ilp:.2f}, {percent_text(o.issue_efficiency)} matrix; "
                 f"SIMD efficiency {percent_text(o.simd_efficiency)}; {o.loads_in_flight:.3g} "
@@ -253,8 +272,9 @@ def occupancy(counters: Counters, chip: Chip,
     if counters.threadgroup_memory:
         limits["threadgroup memory"] = (chip.threadgroup_memory_per_core
                                         // counters.threadgroup_memory)
-    if counters.registers:
-        limits["registers"] = chip.register_file_per_core // (lanes * counters.registers * 4)
+    registers = registers_used(counters, chip)
+    if registers:
+        limits["registers"] = chip.register_file_per_core // (lanes * registers * 4)
     per_dispatch = math.ceil(counters.threadgroups / counters.dispatches)
     limits["grid"] = math.ceil(per_dispatch / chip.gpu_cores)
     limited_by = min(limits, key=lambda k: limits[k])
@@ -262,11 +282,23 @@ def occupancy(counters: Counters, chip: Chip,
     simdgroups = resident * simds
     measured = counters.loads_in_flight
     return Occupancy(resident, simdgroups, limited_by,
-                     min(1.0, simdgroups / SIMDGROUPS_FOR_FULL_ISSUE), counters.simd_efficiency,
+                     min(1.0, simdgroups / SIMDGROUPS_FOR_FULL_MATRIX),
+                     counters.simd_efficiency,
                      counters.ilp,
                      min(1.0, simdgroups * ilp_gain(counters.ilp) / SIMDGROUPS_FOR_FULL_ISSUE),
                      measured or (assumptions or Assumptions()).loads_in_flight,
-                     measured is not None)
+                     measured is not None, registers)
+
+
+def registers_used(counters: Counters, chip: Chip) -> int:
+    """The registers a thread of the dispatch is taken to hold: the counters' estimate,
+    at most what a thread can have (128) and what lets a whole threadgroup be resident
+    (the register file over its threads). Metal runs any threadgroup its pipeline allows,
+    so a larger estimate means Apple's compiler allocated fewer (or spilled), not that
+    the dispatch fails; 0: unknown."""
+    lanes = counters.simdgroups_per_threadgroup * SIMD_WIDTH
+    fits = chip.register_file_per_core // (lanes * 4)
+    return min(counters.registers, chip.max_registers_per_thread, fits)
 
 
 def ilp_gain(ilp: float) -> float:
@@ -279,22 +311,15 @@ def ilp_gain(ilp: float) -> float:
 
 
 def _check_fits(c: Counters, chip: Chip) -> None:
-    """The dispatch must be one Metal could launch on `chip`."""
+    """The dispatch must be one Metal could launch on `chip`. The register count is an
+    estimate, never a reason to refuse: Metal runs what its compiler fits
+    (`registers_used`)."""
     if c.threads_per_threadgroup > chip.max_threads_per_threadgroup:
         raise ValueError(f"`{c.kernel}`: threads_per_threadgroup={c.threads_per_threadgroup} "
                          f"exceeds {chip.max_threads_per_threadgroup} on {chip.label}")
     if c.threadgroup_memory > chip.threadgroup_memory_per_threadgroup:
         raise ValueError(f"`{c.kernel}`: threadgroup_memory={c.threadgroup_memory} bytes "
                          f"exceeds {chip.threadgroup_memory_per_threadgroup} on {chip.label}")
-    if c.registers > chip.max_registers_per_thread:
-        raise ValueError(f"`{c.kernel}`: registers={c.registers} exceeds "
-                         f"{chip.max_registers_per_thread} 32-bit registers per thread")
-    need = c.simdgroups_per_threadgroup * SIMD_WIDTH * c.registers * 4
-    if need > chip.register_file_per_core:
-        raise ValueError(f"`{c.kernel}`: {c.threads_per_threadgroup} threads × "
-                         f"{c.registers} registers need {bytes_text(need)}, more than the "
-                         f"{bytes_text(chip.register_file_per_core)} register file of a "
-                         "core; Metal would lower maxTotalThreadsPerThreadgroup")
     if chip.line_bytes % c.line_bytes or c.line_bytes % chip.l1_bytes_per_core_cycle:
         raise ValueError(f"`{c.kernel}`: counted in {c.line_bytes}-byte granules; "
                          f"{chip.label} needs its {chip.line_bytes}-byte lines or a part of "

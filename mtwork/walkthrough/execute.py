@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..host import socket_dir
 from .export import export_html
 from .math import UnrenderableFormula
 
@@ -82,7 +83,7 @@ def run_notebook(notebook: Path, out_dir: Path, parameters: Mapping[str, object]
     executed.unlink(missing_ok=True)  # a stale copy must not pass for this run's
     status, failed_cell, error = "ok", None, ""
     start = time.perf_counter()
-    with tempfile.TemporaryDirectory(prefix="mtwork-kernel-") as sockets, \
+    with tempfile.TemporaryDirectory(prefix="mtwork-kernel-", dir=socket_dir()) as sockets, \
             _kernel_environment(env or {}):
         try:
             papermill.execute_notebook(

@@ -16,6 +16,7 @@ import mlx.core as mx
 import numpy as np
 
 import mtwork
+from mtwork import graph
 from mtwork.backends import names, register
 from mtwork.backends.metal import MetalBackend
 
@@ -36,10 +37,15 @@ def _in_process_kernel(**arguments: Any) -> Any:
     kernel = functools.partial(mtwork.metal_kernel(**arguments, backend="sim"), isolate=False)
 
     def run(*, inputs: list[mx.array], **call: Any) -> Any:
+        if any(graph.is_tracer(a) for a in inputs):
+            # Traced (inside mx.compile): a body-form kernel, whose inputs are MLX's; the
+            # wrapper of a full-source kernel runs at evaluation, on concrete carriers.
+            return kernel(inputs=inputs, **call)
         roomy = [mx.array(np.concatenate([np.array(a).view(np.uint8),
                                           np.zeros(ALLOCATION_SLACK, np.uint8)]))
                  for a in inputs]
         outputs = kernel(inputs=roomy, **call)
+        mx.eval(outputs)  # the kernel writes its inputs as it runs
         for original, padded in zip(inputs, roomy):
             target = np.array(original, copy=False).reshape(-1).view(np.uint8)
             np.copyto(target, np.array(padded)[: target.size])

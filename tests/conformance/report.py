@@ -6,8 +6,9 @@ stops with an error); rows are appended as JSON lines to ``out/conformance/<suit
 (``$MTWORK_CONFORMANCE_DIR`` overrides the folder). Runs add up: the page keeps the latest
 row of each kernel (by source and name, whichever suite name it was recorded under), so
 the default run and the slow one together give the whole table.
-``python -m tests.conformance.report`` renders ``docs/conformance.md``: a table per
-suite, then what is still unsupported, each with the error a user gets.
+``python -m tests.conformance.report`` renders the record, ``docs/records/conformance.md``
+(the guide to the suite is ``docs/conformance.md``): a table per suite, then what is
+still unsupported, each with the error a user gets.
 
     from tests.conformance.report import record
     record(suite="mlx", kernel="softmax_looped<float32>", source="mlx 0.32.4",
@@ -32,6 +33,7 @@ import mtwork
 __all__ = ["Row", "agreement_of", "read_rows", "record", "record_unsupported", "render"]
 
 ROOT = Path(__file__).resolve().parents[2]
+RECORDS = ROOT / "docs" / "records"  # the guide, docs/conformance.md, is written by hand
 STATUSES = ("pass", "fail", "unsupported")
 
 
@@ -197,7 +199,7 @@ def _suite_table(rows: list[Row]) -> list[str]:
 def render(rows: Iterable[Row], *, preamble: str = "") -> str:
     """The conformance page: a table per suite, then the unsupported kernels."""
     rows = list(rows)
-    out = ["# Conformance: other projects' kernels on `sim`", ""]
+    out = ["# Conformance record: other projects' kernels on `sim`", ""]
     if preamble:
         out += [preamble.strip(), ""]
     for suite in sorted({r.suite for r in rows}):
@@ -219,13 +221,14 @@ def render(rows: Iterable[Row], *, preamble: str = "") -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description="Render docs/conformance.md from the rows "
-                                                 "the conformance tests recorded.")
+    parser = argparse.ArgumentParser(description="Render docs/records/conformance.md from "
+                                                 "the rows the conformance tests recorded.")
     parser.add_argument("--rows", type=Path, default=None, help="folder of *.jsonl rows "
                         "(default: $MTWORK_CONFORMANCE_DIR or out/conformance)")
-    parser.add_argument("--preamble", type=Path, default=ROOT / "docs" / "conformance.intro.md",
-                        help="Markdown put under the title (default: docs/conformance.intro.md)")
-    parser.add_argument("-o", "--output", type=Path, default=ROOT / "docs" / "conformance.md")
+    parser.add_argument("--preamble", type=Path, default=RECORDS / "conformance.intro.md",
+                        help="Markdown put under the title "
+                             "(default: docs/records/conformance.intro.md)")
+    parser.add_argument("-o", "--output", type=Path, default=RECORDS / "conformance.md")
     args = parser.parse_args(argv)
     rows = read_rows(args.rows)
     if not rows:

@@ -32,7 +32,7 @@ def make(**changes):
 def call(**changes):
     arguments = {"inputs": [X], "grid": (8, 1, 1), "threadgroup": (8, 1, 1),
                  "output_shapes": [(8,)], "output_dtypes": [mx.float32], **changes}
-    return make()(**arguments)
+    return mx.eval(make()(**arguments))  # some settings are read as the kernel runs
 
 
 def call_library(**changes):
@@ -78,7 +78,7 @@ CASES = [
     ("sanitize='yes please'", lambda: call(sanitize="yes please"), ValueError,
      ["`sanitize`", "warn"]),
     ("isolate='no'", lambda: call(isolate="no"), ValueError, ["`isolate`", "'no'"]),
-    ("init_value nan", lambda: call(init_value=math.nan), ValueError, ["`init_value`"]),
+    ("init_value '0'", lambda: call(init_value="0"), ValueError, ["`init_value`", "'0'"]),
     ("verbose='x'", lambda: call(verbose="x"), TypeError, ["`verbose`", "'x'", "True or False"]),
     ("verbose=1", lambda: call(verbose=1), TypeError, ["`verbose`", "1", "True or False"]),
     ("an input named new", lambda: make(input_names=["new"]), ValueError,
@@ -118,8 +118,8 @@ CASES = [
      ["new_buffer", "`shape`", "8.0", "integer"]),
     ("new_buffer of a bool size", lambda: mtwork.new_buffer(True), TypeError,
      ["new_buffer", "`shape`", "True"]),
-    ("new_buffer fill nan", lambda: mtwork.new_buffer(8, fill=math.nan), ValueError,
-     ["new_buffer", "`fill`", "nan", "finite"]),
+    ("new_buffer fill a string", lambda: mtwork.new_buffer(8, fill="1"), ValueError,
+     ["new_buffer", "`fill`", "'1'", "number"]),
     ("load_metal of a number", lambda: mtwork.load_metal(7), TypeError, ["`source`", "int"]),
     ("load_metal math mode", lambda: mtwork.load_metal(LIBRARY, math_mode="quick"), ValueError,
      ["`math_mode`", "quick", "safe"]),

@@ -22,8 +22,10 @@ def kernel(body, name="bad", header=""):
 
 def call(k, n=8, **kw):
     x = mx.arange(n, dtype=mx.float32)
-    return k(inputs=[x], grid=(n, 1, 1), threadgroup=(min(n, 32), 1, 1),
-             output_shapes=[(n,)], output_dtypes=[mx.float32], **kw)[0]
+    out = k(inputs=[x], grid=(n, 1, 1), threadgroup=(min(n, 32), 1, 1),
+            output_shapes=[(n,)], output_dtypes=[mx.float32], **kw)[0]
+    mx.eval(out)  # the kernel runs when MLX evaluates its output
+    return out
 
 GOOD = kernel("uint i = thread_position_in_grid.x; out[i] = inp[i] * 2.0f;", name="good")
 

@@ -76,8 +76,9 @@ FAULTS = {
     "far above a private array": (BARRIER_THEN + "float priv[8] = {0}; int n = int(a[0]);"
                                   "for (int i = 0; i < n; i++) priv[i] = 1.0f;"
                                   "out[t] = priv[t % 8];", "", 200000.0),
-    # 16 KiB into a 256-byte output: past its page of slack, into its guard page.
-    "far past an output": ("for (uint j = 0; j < 4096; ++j) out[j] = 1.0f;", "", 0.0),
+    # 256 KiB into a 256-byte output: past its page of slack, into its guard page (pages
+    # of 4, 16 or 64 KiB).
+    "far past an output": ("for (uint j = 0; j < 65536; ++j) out[j] = 1.0f;", "", 0.0),
     "integer division by zero": ("int d = int(a[0]); out[0] = float(7 / d);", "", 0.0),
     "trap": ("__builtin_trap();", "", 0.0),
     "exit": ("if (thread_position_in_grid.x == 9) exit(3); out[0] = 1;",
@@ -95,9 +96,9 @@ def fault(kind: str) -> str:
     """Runs the faulting kernel; returns the exception's class name (or 'ran')."""
     arg = FAULTS[kind][2]
     try:
-        KERNEL_OF[kind](inputs=[mx.array([arg], dtype=mx.float32)], grid=(64, 1, 1),
-                        threadgroup=(64, 1, 1), output_shapes=[(64,)],
-                        output_dtypes=[mx.float32], timeout=0.05)
+        mx.eval(KERNEL_OF[kind](inputs=[mx.array([arg], dtype=mx.float32)], grid=(64, 1, 1),
+                                threadgroup=(64, 1, 1), output_shapes=[(64,)],
+                                output_dtypes=[mx.float32], timeout=0.05))
     except mtwork.KernelFault as exc:
         return type(exc).__name__
     return "ran"
@@ -139,9 +140,9 @@ def test_fault_messages_say_what_happened() -> None:
 messages = {}
 for kind in ("big frame", "far below a private array", "far above a private array", "exit"):
     try:
-        KERNEL_OF[kind](inputs=[mx.array([FAULTS[kind][2]], dtype=mx.float32)],
-                        grid=(64, 1, 1), threadgroup=(64, 1, 1), output_shapes=[(64,)],
-                        output_dtypes=[mx.float32])
+        mx.eval(KERNEL_OF[kind](inputs=[mx.array([FAULTS[kind][2]], dtype=mx.float32)],
+                                grid=(64, 1, 1), threadgroup=(64, 1, 1),
+                                output_shapes=[(64,)], output_dtypes=[mx.float32]))
     except mtwork.KernelFault as exc:
         messages[kind] = exc.detail
 print(json.dumps(messages))
@@ -180,21 +181,21 @@ print(json.dumps({"out": np.array(out).tolist(), "correct": correct()}))
 
 def test_writes_far_past_the_memory_mtwork_makes_fault_and_leave_the_heap_whole() -> None:
     # In this process too, fresh outputs and the aligned copies of bound memory end at a
-    # page of slack before a guard page: 16 KiB past either faults, instead of landing in
+    # page of slack before a guard page: 256 KiB past either faults, instead of landing in
     # the Python heap (which glibc's allocator noticed later, or not at all). A program
     # that declares an aligned type runs on aligned copies of misaligned bound memory.
     result = run_isolated(KERNELS + '''
 past = mtwork.metal_kernel("past_the_input", ["a"], ["out"], """
     device float* p = (device float*)a;
-    for (uint j = 0; j < 4096; ++j) p[j] = 1.0f;
+    for (uint j = 0; j < 65536; ++j) p[j] = 1.0f;
     out[0] = 1.0f;
 """, header="struct alignas(16) Row { float4 v; };")
 a = mx.arange(9, dtype=mx.float32)[1:]  # 4 bytes past an allocation: never 16-aligned
 outcomes = []
 for _ in range(20):
     try:
-        past(inputs=[a], grid=(1, 1, 1), threadgroup=(1, 1, 1), output_shapes=[(8,)],
-             output_dtypes=[mx.float32])
+        mx.eval(past(inputs=[a], grid=(1, 1, 1), threadgroup=(1, 1, 1),
+                     output_shapes=[(8,)], output_dtypes=[mx.float32]))
         outcomes.append("ran")
     except mtwork.KernelFault as exc:
         outcomes.append(exc.detail.split(" at ")[0])
@@ -223,8 +224,8 @@ k = mtwork.metal_kernel("fault_and_loop", ["a"], ["out"], """
 """)
 start = time.monotonic()
 try:
-    k(inputs=[mx.zeros((1,))], grid=(64 * 32, 1, 1), threadgroup=(32, 1, 1),
-      output_shapes=[(1,)], output_dtypes=[mx.float32], timeout=60)
+    mx.eval(k(inputs=[mx.zeros((1,))], grid=(64 * 32, 1, 1), threadgroup=(32, 1, 1),
+              output_shapes=[(1,)], output_dtypes=[mx.float32], timeout=60))
     error = "ran"
 except mtwork.KernelFault as exc:
     error = type(exc).__name__ + ": " + exc.detail
@@ -246,8 +247,8 @@ k = mtwork.metal_kernel("one_spins", ["a"], ["out"], """
     out[0] = 1;
 """)
 try:
-    k(inputs=[mx.zeros((1,))], grid=(64, 1, 1), threadgroup=(64, 1, 1),
-      output_shapes=[(1,)], output_dtypes=[mx.float32], timeout=0.3)
+    mx.eval(k(inputs=[mx.zeros((1,))], grid=(64, 1, 1), threadgroup=(64, 1, 1),
+              output_shapes=[(1,)], output_dtypes=[mx.float32], timeout=0.3))
     message = "ran"
 except mtwork.KernelTimeout as exc:
     message = exc.detail

@@ -15,7 +15,6 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
-import platform
 import shutil
 import sys
 import threading
@@ -26,6 +25,7 @@ from pathlib import Path
 from .... import cachedir
 from ....cachedir import cache_dir
 from ....errors import CompileError, EmulatorUnavailable
+from ....host import HOST, Target
 from ....msl.includes import mlx_include_dir
 from ....toolchain import run_clang
 from ..count.instrument import author_place, instrument
@@ -57,7 +57,10 @@ COMMON_FLAGS = (
     # call site, which the runtime's divergence handling relies on.
     "-fno-unroll-loops",
     # Stack probes: a frame larger than a page touches each of its pages in order, so a
-    # big private array faults in the fiber's guard instead of jumping over it.
+    # big private array faults in the fiber's guard instead of jumping over it. Given to
+    # clang's front end: its driver passes the flag on for Linux targets only, but the
+    # code generator probes on every target (macOS's default probes nothing).
+    "-Xclang",
     "-fstack-clash-protection",
     "-nostdlib++",  # kernels and runtime use no C++ library: nothing for zig to build
     "-Wno-unknown-attributes",
@@ -76,11 +79,6 @@ MATH_MODE_FLAGS = {
                 "-freciprocal-math", "-fassociative-math"),
     "fast": ("-ffast-math", "-ffp-contract=fast"),
 }
-# The x86 bfloat conversion instruction flushes subnormals; the shim's __truncsfbf2 rounds.
-# (Given any -m flag, zig drops its default native target: name it again.)
-TARGET_FLAGS = (
-    ("-march=native", "-mno-avx512bf16") if platform.machine() in ("x86_64", "AMD64") else ()
-)
 KERNEL_DEFINES = ("-D__METAL_VERSION__=320", "-DMLX_METAL_JIT", "-D__HAVE_MTWORK_EMULATOR__=1")
 # Kernels keep the arrays they index on a private stack of their own (clang's SafeStack;
 # the runtime says where each fiber's is): a thread-private array indexed out of bounds,
@@ -92,12 +90,11 @@ KERNEL_DEFINES = ("-D__METAL_VERSION__=320", "-DMLX_METAL_JIT", "-D__HAVE_MTWORK
 # 4-byte boundary, and kernels rely on it (llama.cpp's mul_mm stores float4 rows of a
 # dst whose rows are 70 floats), where an aligned x86 vector move would fault.
 POINTER_ALIGN = 4
-KERNEL_FLAGS = ("-fsanitize=safe-stack", "-mllvm", "-safestack-use-pointer-address",
+# SafeStack goes to clang's front end directly: its driver refuses it for macOS (where
+# it would link a runtime library), but the pass works on every target, and the runtime
+# gives the one function it calls.
+KERNEL_FLAGS = ("-Xclang", "-fsanitize=safe-stack", "-mllvm", "-safestack-use-pointer-address",
                 f"-fmax-type-align={POINTER_ALIGN}")
-# A kernel's calls of the C library's process exits go to the runtime instead
-# (runtime/exits.cpp), which fails the dispatch: exit() in kernel code must not end the
-# process running it, the caller's own in-process.
-KERNEL_LINK_FLAGS = ("-Wl,--wrap=exit,--wrap=_exit,--wrap=_Exit,--wrap=quick_exit",)
 
 # One per artefact: the runtime builds in a thread of its own beside the headers.
 _runtime_lock = threading.Lock()
@@ -122,9 +119,11 @@ def _tree_digest(folder: Path, pattern: str = "*") -> str:
 
 
 @cache
-def shim_version() -> str:
+def shim_version(target: Target = HOST) -> str:
+    """What a kernel built for `target` depends on besides its own text and flags: the
+    shim, the runtime and the flags both are built with."""
     return digest(_tree_digest(SHIM_DIR), _tree_digest(RUNTIME_DIR),
-                  " ".join((*COMMON_FLAGS, *TARGET_FLAGS)))
+                  " ".join((*COMMON_FLAGS, *target.compile_flags())))
 
 
 def reusable(target: Path) -> bool:
@@ -146,31 +145,35 @@ RUNTIME_BUILD_SECONDS = 2
 
 
 @cache
-def runtime_library() -> Path:
-    """Builds (once) and returns the runtime shared library."""
+def runtime_library(target: Target = HOST) -> Path:
+    """Builds (once) and returns the runtime shared library for `target` (this machine:
+    the one mtwork loads; another: to prove it builds there)."""
     sources = sorted(RUNTIME_DIR.glob("*.cpp"))
-    target = cache_dir() / f"libmtwrt-{shim_version()}.so"
-    cachedir.pin(target)
+    suffix = "" if target.is_host else f"-{target.name}"
+    library = cache_dir() / f"libmtwrt-{shim_version(target)}{suffix}.so"
+    cachedir.pin(library)
     with _runtime_lock:
-        if reusable(target):
-            return target
-        print(f"mtwork: building the emulator runtime, once: about {RUNTIME_BUILD_SECONDS} s",
-              file=sys.stderr, flush=True)
+        if reusable(library):
+            return library
+        if target.is_host:
+            print(f"mtwork: building the emulator runtime, once: about "
+                  f"{RUNTIME_BUILD_SECONDS} s", file=sys.stderr, flush=True)
         work = cachedir.work_dir()
         try:
-            tmp = work / target.name
+            tmp = work / library.name
             # The kernels' target and flags: a kernel's code is inlined into no runtime
             # function, but both must agree on the vector ABI of what they pass.
-            args = [*COMMON_FLAGS, *TARGET_FLAGS, "-shared", "-pthread",
+            args = [*COMMON_FLAGS, *target.compile_flags(), "-shared", "-pthread",
                     "-isystem", str(SHIM_DIR), *map(str, sources), "-o", str(tmp)]
-            result = run_link(args, tmp, "the emulator runtime")
+            result = run_link(args, tmp, "the emulator runtime", target)
             if result.returncode != 0:
                 raise EmulatorUnavailable(
-                    f"building the emulator runtime failed:\n{result.stderr}")
-            cachedir.publish(tmp, target)
+                    f"building the emulator runtime for {target.name} failed:\n"
+                    f"{result.stderr}")
+            cachedir.publish(tmp, library)
         finally:
             shutil.rmtree(work, ignore_errors=True)
-    return target
+    return library
 
 
 @cache
@@ -250,48 +253,60 @@ NO_DEBUG_INFO = ("-g0",)
 # Metal declares its types and address spaces before the first line of a file (MLX's
 # defines.h uses `constant` and includes nothing): the shim's <metal_types> comes first.
 METAL_PREDECLARED = ("-include", str(SHIM_DIR / "metal_types"))
+# A kernel's calls of the C library's process exits go to the runtime (runtime/exits.cpp),
+# which fails the dispatch: exit() in kernel code must not end the process running it, the
+# caller's own in-process. mtw_exits.h renames them for the code after it, so every
+# compile of a kernel reads it as text, never from a precompiled header (which would not
+# keep the renames, and which clang then does not read the header again after).
+EXITS_TO_RUNTIME = ("-include", str(SHIM_DIR / "mtw_exits.h"))
 
 
 def compile_kernel(tu: Translation, math_mode: str, kernel_label: str,
                    include_dirs: Sequence[Path] = (), sanitize: bool = False,
-                   profile: bool = False, lockstep: bool = False) -> Path:
+                   profile: bool = False, lockstep: bool = False,
+                   target: Target = HOST) -> Path:
     """Compiles a translation unit into a shared library (cached) and returns its path.
 
-    `include_dirs` are searched after the shim and MLX's headers (`-I`, in order);
+    `include_dirs` are searched after the shim and before MLX's headers (`-I`, in order),
+    as `load_metal` resolves includes: a library that ships its own copy of an MLX
+    header (another MLX version's) compiles with it;
     `sanitize` builds the instrumented variant the sanitizer mode runs; `profile` the
     profiler's, in a folder with the `instrument.Table` of its blocks (``table.json``);
-    `lockstep` traces the plain build's loads and stores (both variants trace them).
+    `lockstep` traces the plain build's loads and stores (both variants trace them);
+    `target` is the machine it is built for (another than this one: to prove it builds).
     """
-    flags = kernel_flags(math_mode, sanitize=sanitize, profile=profile, lockstep=lockstep)
-    runtime = _runtime_beside()
+    flags = kernel_flags(math_mode, sanitize=sanitize, profile=profile, lockstep=lockstep,
+                         target=target)
+    link = target.link_flags()
+    runtime = _runtime_beside() if target.is_host else None
     user_includes = [arg for d in include_dirs for arg in ("-I", str(d))]
     # The prelude's folder is named after MLX's headers and the rewrites applied to them: a
     # change to either rebuilds (and debug info names the folder the kernel was built with).
-    key = digest(tu.text, " ".join([*flags, *KERNEL_LINK_FLAGS]), shim_version(),
-                 str(prelude_dir()),
-                 *user_includes, *(p.read_bytes() for p in _PROFILER_SOURCES if profile))
-    target = cache_dir() / "kernels" / (f"{key}-profile" if profile else f"{key}.so")
-    library = target / "kernel.so" if profile else target
-    if reusable(target):
+    key = digest(tu.text, " ".join([*flags, *link, *EXITS_TO_RUNTIME]), shim_version(target),
+                 str(prelude_dir()), *user_includes, *include_order(user_includes),
+                 *(p.read_bytes() for p in _PROFILER_SOURCES if profile))
+    cached = cache_dir() / "kernels" / (f"{key}-profile" if profile else f"{key}.so")
+    library = cached / "kernel.so" if profile else cached
+    if reusable(cached):
         return library
     work = cachedir.work_dir()
     try:
         cpp = work / "kernel.cpp"
         cpp.write_text(tu.text)
-        includes = [*kernel_includes(), *user_includes]
-        pch = precompiled_prelude(tu, flags)
+        includes = [*kernel_includes(user_includes), *EXITS_TO_RUNTIME]
+        pch = precompiled_prelude(tu, flags, include_dirs, target)
         if profile:
-            built = _compile_profiled(tu, flags, includes, cpp, kernel_label, pch)
+            built = _compile_profiled(tu, flags, includes, cpp, kernel_label, pch, target)
         else:
             built = work / "kernel.so"
-            _compile_library(tu, [*flags, "-shared", *KERNEL_LINK_FLAGS], includes, cpp,
-                             built, kernel_label, pch)
-        cachedir.publish(built, target)
+            _compile_library(tu, [*flags, "-shared", *link], includes, cpp, built,
+                             kernel_label, pch, target)
+        cachedir.publish(built, cached)
     finally:
         shutil.rmtree(work, ignore_errors=True)
         if runtime is not None:
             runtime.join()  # the caller loads the kernel next, or a worker process does
-    cachedir.evict(keep=target)
+    cachedir.evict(keep=cached)
     return library
 
 
@@ -312,38 +327,53 @@ def _runtime_beside() -> threading.Thread | None:
 
 
 def kernel_flags(math_mode: str, *, sanitize: bool = False, profile: bool = False,
-                 lockstep: bool = False) -> list[str]:
-    """clang's flags for a kernel in `math_mode`: plain, sanitized or profiled (a plain
-    build in `lockstep` traces its accesses)."""
+                 lockstep: bool = False, target: Target = HOST) -> list[str]:
+    """clang's flags for a kernel in `math_mode` built for `target`: plain, sanitized or
+    profiled (a plain build in `lockstep` traces its accesses)."""
     variant = (SANITIZE_FLAGS if sanitize else PROFILE_FLAGS if profile
                else (*NO_DEBUG_INFO, *(LOCKSTEP_FLAGS if lockstep else ())))
-    return [*COMMON_FLAGS, *TARGET_FLAGS, *MATH_MODE_FLAGS[math_mode], *KERNEL_DEFINES,
-            *KERNEL_FLAGS, *variant]
+    return [*COMMON_FLAGS, *target.compile_flags(), *MATH_MODE_FLAGS[math_mode],
+            *KERNEL_DEFINES, *KERNEL_FLAGS, *variant]
 
 
-def kernel_includes() -> list[str]:
-    """Where a kernel's includes are found: the shim, then MLX's rewritten headers."""
-    return ["-isystem", str(SHIM_DIR), *METAL_PREDECLARED, "-I", str(prelude_dir())]
+def kernel_includes(user_includes: Sequence[str] = ()) -> list[str]:
+    """Where a kernel's includes are found: the shim, the author's folders (`-I` flags),
+    then MLX's rewritten headers."""
+    return ["-isystem", str(SHIM_DIR), *METAL_PREDECLARED, *user_includes,
+            "-I", str(prelude_dir())]
 
 
-def precompiled_prelude(tu: Translation, flags: Sequence[str]) -> Path | None:
-    """The precompiled header `tu` can start from when compiled with `flags`."""
+def include_order(user_includes: Sequence[str]) -> tuple[str, ...]:
+    """A key part for builds with author folders: they are searched before MLX's headers
+    (builds keyed before that order was fixed are not reused)."""
+    return ("author folders before MLX's headers",) if user_includes else ()
+
+
+def precompiled_prelude(tu: Translation, flags: Sequence[str],
+                        include_dirs: Sequence[Path] = (),
+                        target: Target = HOST) -> Path | None:
+    """The precompiled header `tu` can start from when compiled with `flags` (which name
+    `target`): MLX's leading headers up to the first one an author's folder has its own
+    copy of."""
     headers = precompiled.leading_headers(tu, SHIM_DIR, prelude_dir())
-    return precompiled.precompiled_header(headers, flags, kernel_includes(), shim_version())
+    shadowed = [i for i, h in enumerate(headers) if any((d / h).exists() for d in include_dirs)]
+    headers = headers[: shadowed[0]] if shadowed else headers
+    return precompiled.precompiled_header(headers, flags, kernel_includes(),
+                                          shim_version(target))
 
 
 def _compile_library(tu: Translation, flags: list[str], includes: list[str], cpp: Path,
-                     built: Path, kernel_label: str, pch: Path | None) -> None:
+                     built: Path, kernel_label: str, pch: Path | None, target: Target) -> None:
     """Compiles and links `cpp` into `built`, from the precompiled header when there is
     one (and without it when that header turns out unusable)."""
     result = precompiled.run_from(pch, [*flags, *includes, str(cpp), "-o", str(built)],
-                                  lambda args: run_link(args, built, kernel_label))
+                                  lambda args: run_link(args, built, kernel_label, target))
     if result.returncode != 0:
         raise CompileError(kernel_label, author_message(result.stderr, tu, str(cpp)))
 
 
 def _compile_profiled(tu: Translation, flags: list[str], includes: list[str], cpp: Path,
-                      kernel_label: str, pch: Path | None) -> Path:
+                      kernel_label: str, pch: Path | None, target: Target) -> Path:
     """The profiled variant, in two steps: clang writes the optimised IR, instrument.py
     counts its blocks and adds the counting calls, and clang compiles that IR (without
     optimising it again). Returns the folder holding kernel.so and table.json."""
@@ -362,8 +392,8 @@ def _compile_profiled(tu: Translation, flags: list[str], includes: list[str], cp
     codegen = [f for f in flags if not f.startswith(("-fsanitize-coverage", "-D", "-std"))]
     library = folder / "kernel.so"
     result = run_link([*codegen, "-Xclang", "-disable-llvm-passes", "-shared",
-                       *KERNEL_LINK_FLAGS, str(counted), "-o", str(library)], library,
-                      kernel_label)
+                       *target.link_flags(), str(counted), "-o", str(library)], library,
+                      kernel_label, target)
     if result.returncode != 0:
         raise CompileError(kernel_label, f"the profiled build failed:\n{result.stderr}")
     (folder / "table.json").write_text(json.dumps(table.to_json()))

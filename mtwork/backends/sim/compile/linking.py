@@ -7,7 +7,8 @@ of a first compile on a fresh machine. On x86-64 and arm64 Linux, kernels and th
 call none of it (of 3,000 kernel and runtime libraries in a cache shared by six
 developers' test runs, none defined one of its symbols). So they link without it; a library
 left with an undefined symbol that neither the C library nor the runtime gives (read from
-its ELF dynamic symbol table) is linked again with it.
+its ELF dynamic symbol table) is linked again with it. Libraries for macOS, or for another
+machine than this one, link with it (macOS's libSystem holds those builtins anyway).
 """
 
 from __future__ import annotations
@@ -16,19 +17,20 @@ import ctypes
 import re
 import struct
 import subprocess
-import sys
 from functools import cache
 from pathlib import Path
 
+from ....host import HOST, Target
 from ....toolchain import run_clang
 
 __all__ = ["run_link", "undefined_symbols"]
 
 WITHOUT_COMPILER_RT = ("-rtlib=none",)
 # What a kernel may leave to the runtime library (loaded before it, RTLD_GLOBAL): its C
-# functions, its C++ ones, the tracing callbacks, SafeStack's pointer, the exit wrappers.
+# functions (the process exits kernels call among them), its C++ ones, the tracing
+# callbacks, SafeStack's pointer.
 _FROM_RUNTIME = re.compile(r"mtw_\w+|_Z\w+|__sanitizer_cov_\w+|__ubsan_handle_\w+|"
-                           r"__safestack_pointer_address|__wrap_\w+")
+                           r"__safestack_pointer_address")
 _SHT_DYNSYM, _STB_WEAK, _SHN_UNDEF = 11, 2, 0
 
 
@@ -72,10 +74,12 @@ def _c_libraries() -> tuple[ctypes.CDLL, ...]:
     return tuple(found)
 
 
-def run_link(args: list[str], output: Path, what: str) -> subprocess.CompletedProcess:
-    """Runs clang with `args` (a build that links the shared library `output`) without
-    compiler_rt, and again with it if the library turns out to need it."""
-    if not sys.platform.startswith("linux"):
+def run_link(args: list[str], output: Path, what: str,
+             target: Target = HOST) -> subprocess.CompletedProcess:
+    """Runs clang with `args` (a build that links the shared library `output` for
+    `target`) without compiler_rt, and again with it if the library turns out to need it
+    (on this machine, a Linux one: see above)."""
+    if not (target.is_host and target.system == "linux"):
         return run_clang(args, what)
     result = run_clang([*args, *WITHOUT_COMPILER_RT], what)
     if result.returncode == 0 and not all(map(_given_elsewhere, undefined_symbols(output))):

@@ -27,6 +27,7 @@ from pathlib import Path
 from .... import cachedir
 from ....cachedir import cache_dir
 from ....dispatch import Program
+from ....host import HOST, Target
 from ....toolchain import run_clang
 from ..compile import compiler, precompiled
 from ..compile.launcher import LaunchParam, call_arguments
@@ -75,11 +76,11 @@ def _engine_version() -> str:
     return h.hexdigest()[:16]
 
 
-def _flags(math_mode: str) -> list[str]:
+def _flags(math_mode: str, target: Target) -> list[str]:
     common = [f for f in compiler.COMMON_FLAGS if f != "-O2"]
     # 4-byte alignment for vector accesses through pointers, as the fiber engine's build
     # (compiler.KERNEL_FLAGS says why); no SafeStack: the engine runs threads as loops.
-    return [*common, *compiler.TARGET_FLAGS, *compiler.MATH_MODE_FLAGS[math_mode],
+    return [*common, *target.compile_flags(), *compiler.MATH_MODE_FLAGS[math_mode],
             *compiler.KERNEL_DEFINES, f"-fmax-type-align={compiler.POINTER_ALIGN}"]
 
 
@@ -108,14 +109,16 @@ def _run(args: list[str], label: str) -> str | None:
 
 
 def _compile(work: Path, tu: Translation, math_mode: str, label: str,
-             includes: list[str]) -> tuple[Path | None, str | None]:
-    flags = _flags(math_mode)
+             include_dirs: tuple[Path, ...], target: Target) -> tuple[Path | None, str | None]:
+    flags = _flags(math_mode, target)
     source, front, inlined, transformed = (work / n for n in (
         "kernel.cpp", "front.ll", "inlined.ll", "engine.ll"))
     source.write_text(tu.text)
-    pch = compiler.precompiled_prelude(tu, [*flags, *_FRONT_END_FLAGS])
-    result = precompiled.run_from(pch, [*flags, *_FRONT_END, *compiler.kernel_includes(),
-                                        *includes, str(source), "-o", str(front)],
+    pch = compiler.precompiled_prelude(tu, [*flags, *_FRONT_END_FLAGS], include_dirs, target)
+    includes = compiler.kernel_includes([arg for d in include_dirs for arg in ("-I", str(d))])
+    result = precompiled.run_from(pch, [*flags, *_FRONT_END, *includes,
+                                        *compiler.EXITS_TO_RUNTIME, str(source), "-o",
+                                        str(front)],
                                   lambda args: run_clang(args, label))
     error = None if result.returncode == 0 else result.stderr[-2000:]
     if error:
@@ -131,61 +134,64 @@ def _compile(work: Path, tu: Translation, math_mode: str, label: str,
         return None, str(exc)
     transformed.write_text(result.text)
     library = work / "kernel.so"
-    linked = run_link([*flags, *_QUIET, "-O3", "-shared", str(transformed), "-o", str(library)],
-                      library, label)
+    linked = run_link([*flags, *_QUIET, "-O3", "-shared", *target.link_flags(),
+                       str(transformed), "-o", str(library)], library, label, target)
     error = None if linked.returncode == 0 else linked.stderr[-2000:]
     if error:
         return None, f"clang could not compile the engine's IR: {error}"
     return library, None
 
 
-def _target(program: Program) -> tuple[Translation, list[str], Path, Path]:
-    """The engine's translation unit for `program`, its include flags, and where its
-    library (or the note of its refusal) is cached."""
+def _places(program: Program, target: Target
+            ) -> tuple[Translation, tuple[Path, ...], Path, Path]:
+    """The engine's translation unit for `program` on `target`, its include folders, and
+    where its library (or the note of its refusal) is cached."""
     tu, tree = translation_unit(program, launcher=engine_launcher)
     includes = [arg for d in tree.include_dirs for arg in ("-I", str(d))]
     # Keyed as the fiber engine's library is: by the prelude's folder too (MLX's headers
     # and the rewrites applied to them).
-    key = compiler.digest(tu.text, " ".join(_flags(program.math_mode)),
-                          compiler.shim_version(), _engine_version(),
-                          str(compiler.prelude_dir()), *includes)
+    key = compiler.digest(tu.text, " ".join([*_flags(program.math_mode, target),
+                                             *compiler.EXITS_TO_RUNTIME]),
+                          compiler.shim_version(target), _engine_version(),
+                          str(compiler.prelude_dir()), *includes,
+                          *compiler.include_order(includes))
     folder = cache_dir() / "engine"
-    return tu, includes, folder / f"{key}.so", folder / f"{key}.refused"
+    return tu, tuple(tree.include_dirs), folder / f"{key}.so", folder / f"{key}.refused"
 
 
-def _from_cache(target: Path, refusal: Path) -> Built | None:
-    if compiler.reusable(target):
-        return Built(target)
+def _from_cache(library: Path, refusal: Path) -> Built | None:
+    if compiler.reusable(library):
+        return Built(library)
     if compiler.reusable(refusal):
         return Built(None, refusal.read_text())
     return None
 
 
-def cached(program: Program) -> Built | None:
+def cached(program: Program, target: Target = HOST) -> Built | None:
     """The fast engine's library for `program` (or its refusal) where the cache has it,
     else None: nothing is built."""
-    _, _, target, refusal = _target(program)
-    return _from_cache(target, refusal)
+    _, _, library, refusal = _places(program, target)
+    return _from_cache(library, refusal)
 
 
-def build(program: Program) -> Built:
-    """The fast engine's library for `program` (built once, then from the cache)."""
-    tu, includes, target, refusal = _target(program)
-    label = program.label
-    found = _from_cache(target, refusal)
+def build(program: Program, target: Target = HOST) -> Built:
+    """The fast engine's library for `program` (built once, then from the cache), for
+    `target` (another machine than this one: to prove it builds)."""
+    tu, include_dirs, library, refusal = _places(program, target)
+    found = _from_cache(library, refusal)
     if found is not None:
         return found
-    folder = target.parent
-    folder.mkdir(parents=True, exist_ok=True)
+    library.parent.mkdir(parents=True, exist_ok=True)
     work = cachedir.work_dir()
     try:
-        library, reason = _compile(work, tu, program.math_mode, label, includes)
-        if library is None:
+        built, reason = _compile(work, tu, program.math_mode, program.label, include_dirs,
+                                 target)
+        if built is None:
             note = work / "refused"
             note.write_text(reason or "")
             cachedir.publish(note, refusal)
             return Built(None, reason)
-        cachedir.publish(library, target)
+        cachedir.publish(built, library)
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    return Built(target)
+    return Built(library)

@@ -39,9 +39,9 @@ _FLOAT_OPS = frozenset({"fadd", "fsub", "fmul", "fdiv", "frem", "fneg", "fcmp", 
 _FLOAT_CALL = re.compile(r"^@llvm\.(?:fma|fmuladd|exp|exp2|log|log2|sqrt|pow|sin|cos)\.")
 # Floating-point operations an iteration must have for the cut to pay: each iteration
 # loads and stores, per thread, every value live across the loop's head in the context.
-# Measured (docs/emulator-performance.md): a tiled GEMM's inner product, a multiply and
-# an add per iteration, ran 3 times slower cut; a NaN-aware `max` (four comparisons) and
-# an `exp` (about 25 operations) ran faster.
+# Measured (docs/records/emulator-performance.md): a tiled GEMM's inner product, a multiply
+# and an add per iteration, ran 3 times slower cut; a NaN-aware `max` (four comparisons)
+# and an `exp` (about 25 operations) ran faster.
 MIN_FLOAT_OPS = 3
 
 

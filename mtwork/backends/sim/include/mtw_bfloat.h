@@ -20,16 +20,60 @@
 
 #include <stdint.h>
 
-// float -> __bf16, rounding to nearest even and keeping subnormals (as MLX does). clang
-// calls this for every conversion; the compiler's own version (and x86's instruction,
-// turned off by the driver) flush subnormals to zero.
-extern "C" __attribute__((visibility("hidden"))) __bf16 __truncsfbf2(float x) {
+// float -> bfloat bits, rounding to nearest even and keeping subnormals (as MLX does), in
+// integer operations.
+constexpr __attribute__((always_inline)) inline uint16_t __mtw_bf16_bits(float x) {
   uint32_t u = __builtin_bit_cast(uint32_t, x);
-  uint16_t r = (u & 0x7fffffffu) > 0x7f800000u
-                   ? uint16_t((u >> 16) | 0x40)  // NaN stays NaN (quiet)
-                   : uint16_t((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
-  return __builtin_bit_cast(__bf16, r);
+  return (u & 0x7fffffffu) > 0x7f800000u
+             ? uint16_t((u >> 16) | 0x40)  // NaN stays NaN (quiet)
+             : uint16_t((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
 }
+
+// What clang calls for a float -> bfloat conversion it does not inline (its own version,
+// and x86's instruction, turned off by the driver, flush subnormals to zero).
+extern "C" __attribute__((visibility("hidden"))) __bf16 __truncsfbf2(float x) {
+  return __builtin_bit_cast(__bf16, __mtw_bf16_bits(x));
+}
+
+#ifndef MTW_PROFILE
+// Every rounding of the shim's bfloat is written in integer operations rather than left to
+// the compiler's float -> bfloat conversion: arm64's code generator (LLVM, for a CPU
+// without bfloat instructions, such as Apple's M1) rounds a vectorized
+// `bfloat(float(a) + float(b))` of bfloat operands with the wrong lane's tie bit, so a loop
+// over threads rounded ties differently from the same code run one thread at a time.
+constexpr __attribute__((always_inline)) inline __bf16 __mtw_round_bf16(float x) {
+  return __builtin_bit_cast(__bf16, __mtw_bf16_bits(x));
+}
+
+// The same for each component of a float vector.
+template <int N>
+constexpr __attribute__((always_inline)) inline __bf16 __attribute__((ext_vector_type(N)))
+__mtw_round_bf16(float __attribute__((ext_vector_type(N))) x) {
+  typedef uint32_t wide __attribute__((ext_vector_type(N)));
+  typedef uint16_t narrow __attribute__((ext_vector_type(N)));
+  typedef __bf16 result __attribute__((ext_vector_type(N)));
+  wide u = __builtin_bit_cast(wide, x);
+  wide nan = (wide)((u & 0x7fffffffu) > 0x7f800000u);  // all ones where x is a NaN
+  wide r = (((u >> 16) | 0x40u) & nan) | (((u + 0x7fffu + ((u >> 16) & 1u)) >> 16) & ~nan);
+  return __builtin_bit_cast(result, __builtin_convertvector(r, narrow));
+}
+
+// bfloat `a op b`: in float, rounded once.
+#define MTW_BF_OPERATION(a, op, b) __mtw_round_bf16(float(a) op float(b))
+#else
+// Profiled builds keep clang's own bfloat operations and conversions, which the profiler
+// counts as bfloat arithmetic (as an Apple GPU runs it); they are never vectorized
+// (compiler.PROFILE_FLAGS), so each of their roundings is __truncsfbf2's, above.
+constexpr __attribute__((always_inline)) inline __bf16 __mtw_round_bf16(float x) {
+  return __bf16(x);
+}
+template <int N>
+constexpr __attribute__((always_inline)) inline __bf16 __attribute__((ext_vector_type(N)))
+__mtw_round_bf16(float __attribute__((ext_vector_type(N))) x) {
+  return __builtin_convertvector(x, __bf16 __attribute__((ext_vector_type(N))));
+}
+#define MTW_BF_OPERATION(a, op, b) ((a)op(b))
+#endif
 
 template <bool c>
 struct __mtw_bf_if {};
@@ -65,18 +109,19 @@ struct __mtw_bfloat {
   __mtw_bfloat() = default;
   template <typename F, MTW_BF_FLOATING(F)>
   explicit MTW_BF_FN __mtw_bfloat(F x)
-      : __value(__bf16(float(x))) {}
+      : __value(__mtw_round_bf16(float(x))) {}
+  // Through float, as clang's own conversion does (an integer above 2^24 rounds twice).
   template <typename I, MTW_BF_INTEGER(I)>
-  MTW_BF_FN __mtw_bfloat(I x) : __value(__bf16(x)) {}
+  MTW_BF_FN __mtw_bfloat(I x) : __value(__mtw_round_bf16(float(x))) {}
   // A class converting to a number converts on as that number would: implicitly from a
   // bool, explicitly from anything else that converts to float.
   template <typename U, typename __mtw_bf_if<__mtw_bf_boolish<U>>::type = 0>
   MTW_BF_FN __mtw_bfloat(const U& u)
-      : __value(__bf16(float(bool(u)))) {}
+      : __value(__mtw_round_bf16(float(bool(u)))) {}
   template <typename U, typename __mtw_bf_if<__is_class(U) && !__mtw_bf_boolish<U> &&
                                              __is_convertible(U, float)>::type = 0>
   explicit MTW_BF_FN __mtw_bfloat(const U& u)
-      : __value(__bf16(float(u))) {}
+      : __value(__mtw_round_bf16(float(u))) {}
 
   // Implicitly to float, bool and the unsigned integers (MLX's sort.h stores a bfloat into
   // a uint), explicitly to half and the signed integers: were bfloat -> int implicit like
@@ -101,7 +146,7 @@ struct __mtw_bfloat {
 #define MTW_BF_ARITHMETIC(op)                                                              \
   friend MTW_BF_FN __mtw_bfloat operator op(__mtw_bfloat a,                                \
                                                                            __mtw_bfloat b) { \
-    return from(a.__value op b.__value);                                                   \
+    return from(MTW_BF_OPERATION(a.__value, op, b.__value));                               \
   }                                                                                        \
   template <typename I, MTW_BF_INTEGER(I)>                                                 \
   friend MTW_BF_FN __mtw_bfloat operator op(__mtw_bfloat a,                                \
@@ -139,6 +184,7 @@ struct __mtw_bfloat {
   MTW_BF_ARITHMETIC(*)
   MTW_BF_ARITHMETIC(/)
 #undef MTW_BF_ARITHMETIC
+#undef MTW_BF_OPERATION
 
   // Comparisons: with an integer, which converts to bfloat first, or as floats.
 #define MTW_BF_COMPARE(op)                                                                 \

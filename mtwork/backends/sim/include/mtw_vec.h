@@ -86,19 +86,45 @@ constexpr bool __is_scalar_v = is_arithmetic_v<remove_cvref_t<S>>;
 // A scalar operand of any arithmetic type, converted to the element type.
 #define MTW_VEC_SCALAR template <typename S, enable_if_t<__is_scalar_v<S>, int> = 0>
 
+// Storage `x op y`; bfloat vectors compute in float and round in the shim (see
+// __mtw_round_bf16 in mtw_bfloat.h for why not with the compiler's conversion).
+#define MTW_VEC_APPLY(x, op, y) __vec_apply([](auto p, auto q) { return p op q; }, x, y)
+template <typename F, typename V>
+MTW_INLINE V __vec_apply(F f, V x, V y) {
+#ifdef MTW_PROFILE
+  constexpr bool bfloat = false;  // profiled builds count clang's bfloat operations
+#else
+  constexpr bool bfloat = is_same_v<remove_cvref_t<decltype(x[0])>, __bf16>;
+#endif
+  if constexpr (bfloat) {
+    constexpr int n = __builtin_vectorelements(V);
+    typedef float wide __attribute__((ext_vector_type(n)));
+    return __mtw_round_bf16<n>(f(__builtin_convertvector(x, wide),
+                                 __builtin_convertvector(y, wide)));
+  } else {
+    return f(x, y);
+  }
+}
+
 #define MTW_VEC_BINARY(op)                                                                 \
-  friend MTW_INLINE vec operator op(vec a, vec b) { return from_storage(a.v op b.v); }     \
+  friend MTW_INLINE vec operator op(vec a, vec b) {                                        \
+    return from_storage(MTW_VEC_APPLY(a.v, op, b.v));                                      \
+  }                                                                                        \
   MTW_VEC_SCALAR                                                                           \
-  friend MTW_INLINE vec operator op(vec a, S b) { return from_storage(a.v op splat(T(b))); } \
+  friend MTW_INLINE vec operator op(vec a, S b) {                                          \
+    return from_storage(MTW_VEC_APPLY(a.v, op, splat(T(b))));                              \
+  }                                                                                        \
   MTW_VEC_SCALAR                                                                           \
-  friend MTW_INLINE vec operator op(S a, vec b) { return from_storage(splat(T(a)) op b.v); } \
+  friend MTW_INLINE vec operator op(S a, vec b) {                                          \
+    return from_storage(MTW_VEC_APPLY(splat(T(a)), op, b.v));                              \
+  }                                                                                        \
   MTW_INLINE vec& operator op##=(vec b) {                                                  \
-    v = v op b.v;                                                                          \
+    v = MTW_VEC_APPLY(v, op, b.v);                                                         \
     return *this;                                                                          \
   }                                                                                        \
   MTW_VEC_SCALAR                                                                           \
   MTW_INLINE vec& operator op##=(S b) {                                                    \
-    v = v op splat(T(b));                                                                  \
+    v = MTW_VEC_APPLY(v, op, splat(T(b)));                                                 \
     return *this;                                                                          \
   }
 
@@ -266,7 +292,12 @@ MTW_INLINE To __convert_storage(FromVec from) {
     // Through float, which holds both exactly, so the result is rounded once (to nearest
     // even): clang's backend cannot convert between the two 16-bit vector types directly.
     typedef float wide __attribute__((ext_vector_type(N)));
+    if constexpr (is_same_v<to_element, __bf16>)
+      return __mtw_round_bf16<N>(__builtin_convertvector(from, wide));
     return __builtin_convertvector(__builtin_convertvector(from, wide), To);
+  } else if constexpr (is_same_v<to_element, __bf16>) {  // rounded in the shim, as above
+    typedef float wide __attribute__((ext_vector_type(N)));
+    return __mtw_round_bf16<N>(__builtin_convertvector(from, wide));
   } else {
     return __builtin_convertvector(from, To);
   }

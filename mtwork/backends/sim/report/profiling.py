@@ -116,10 +116,14 @@ class Profiled:
 
 
 def _buffers(memory: Memory) -> tuple[ctypes.Array, list[str]]:
-    """Every buffer of the dispatch (the body form's shape and stride buffers too: MLX
-    passes them as buffers), for the runtime to tell accesses apart."""
+    """Every buffer of the dispatch whose reads are device memory traffic (the body
+    form's shape and stride buffers too: MLX passes them as buffers), for the runtime to
+    tell accesses apart. A `constant T&` argument is not one: the host sets its bytes
+    (`setBytes`) and a thread reads one value, which Apple's GPU keeps in uniform
+    registers or its constant cache, not in the L1 or DRAM the model charges."""
     params = [p for p in memory.program.params
-              if p.kind == "buffer" and p.index in memory.arrays and memory.arrays[p.index].size]
+              if p.kind == "buffer" and not _constant_value(p.type_text)
+              and p.index in memory.arrays and memory.arrays[p.index].size]
     infos = (abi.BufferInfo * max(1, len(params)))()
     for info, p in zip(infos, params):
         arr = memory.arrays[p.index]
@@ -129,6 +133,12 @@ def _buffers(memory: Memory) -> tuple[ctypes.Array, list[str]]:
         info.kind = abi.BUFFER_INPUT
         info.name = p.name.encode()
     return infos, [p.name for p in params]
+
+
+def _constant_value(type_text: str) -> bool:
+    """Whether a buffer parameter is a `constant` reference (a value, not an array)."""
+    text = type_text.strip()
+    return text.endswith("&") and text.split()[0] == "constant"
 
 
 @contextmanager

@@ -2,8 +2,8 @@
 
 One anonymous file, mapped by both processes: mtwork copies a dispatch's inputs into it
 and reads the written buffers back; the worker runs the kernel on it in place. No file
-name ever exists (memfd, or a temporary file unlinked at once), so nothing is left behind
-when either process dies.
+name outlives its making (`host.shared_memory_file`), so nothing is left behind when either
+process dies.
 
 Each buffer is placed so that it *ends* at a page boundary, followed by one page of
 slack and then a guard page (and one guard page before its page run): in the worker the
@@ -27,16 +27,17 @@ import ctypes.util
 import mmap
 import os
 import sys
-import tempfile
 import threading
 from dataclasses import dataclass
 from functools import lru_cache
 
 import numpy as np
 
+from ....host import PAGE_SIZE, shared_memory_file
+
 __all__ = ["Arena", "Placement", "guarded", "layout"]
 
-PAGE = mmap.PAGESIZE
+PAGE = PAGE_SIZE  # 16 KiB on Apple Silicon: slack and guards are whole pages
 ALIGN = 16  # what Metal guarantees a buffer's start, and what vector loads need
 
 
@@ -58,29 +59,20 @@ class Placement:
 
 
 @lru_cache(maxsize=1024)
-def layout(spans: tuple[int, ...]) -> tuple[tuple[int, ...], tuple[int, ...], int]:
+def layout(spans: tuple[int, ...], page: int = PAGE
+           ) -> tuple[tuple[int, ...], tuple[int, ...], int]:
     """Starts for buffers of `spans` bytes, the offsets of the guard pages between them,
-    and the arena size. Each buffer ends (rounded up to `ALIGN`) at a page of slack, the
-    page before a guard page."""
-    starts, guards, cursor = [], [0], PAGE
+    and the arena size, for pages of `page` bytes (the system's). Each buffer ends
+    (rounded up to `ALIGN`) at a page of slack, the page before a guard page."""
+    starts, guards, cursor = [], [0], page
     for n in spans:
         padded = -(-max(n, 1) // ALIGN) * ALIGN
-        pages = -(-padded // PAGE)
-        starts.append(cursor + pages * PAGE - padded)
-        cursor += (pages + 1) * PAGE  # the buffer's pages, then its slack
+        pages = -(-padded // page)
+        starts.append(cursor + pages * page - padded)
+        cursor += (pages + 1) * page  # the buffer's pages, then its slack
         guards.append(cursor)
-        cursor += PAGE
+        cursor += page
     return tuple(starts), tuple(guards), cursor
-
-
-def _new_file(size: int) -> int:
-    if hasattr(os, "memfd_create"):
-        fd = os.memfd_create("mtwork-arena", os.MFD_CLOEXEC)
-    else:
-        fd, path = tempfile.mkstemp(prefix="mtwork-arena-")
-        os.unlink(path)
-    os.ftruncate(fd, size)
-    return fd
 
 
 _libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
@@ -123,7 +115,7 @@ class Arena:
         """Makes the arena at least `size` bytes (a new file); True when it is new."""
         if size <= self.size:
             return False
-        self.attach(_new_file(max(size, 2 * self.size, 1 << 20)))
+        self.attach(shared_memory_file(max(size, 2 * self.size, 1 << 20)))
         return True
 
     def attach(self, fd: int) -> None:

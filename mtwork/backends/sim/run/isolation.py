@@ -342,8 +342,9 @@ class Isolated:
     def _completion(self, reply: Any, placements: dict[int, Placement], call: Dispatch,
                     as_mx: bool) -> Completion:
         """The written buffers copied out of the arena: into the caller's writable numpy
-        arrays, else into new arrays (``mx.array`` ones when `as_mx`: a body-form kernel
-        returns those, and one copy is cheaper than two)."""
+        arrays, or the memory `call.into` gives, else into new arrays (``mx.array`` ones
+        when `as_mx`: a body-form kernel returns those, and one copy is cheaper than
+        two)."""
         kind, value = reply
         if kind == "error":
             raise value
@@ -355,6 +356,9 @@ class Isolated:
             if isinstance(buf, Bound) and isinstance(buf.array, np.ndarray) and buf.writable:
                 np.copyto(buf.array, arena_view)
                 buffers[index] = buf.array
+            elif index in call.into:  # an output of MLX's graph: one copy, into it
+                np.copyto(call.into[index], arena_view)
+                buffers[index] = call.into[index]
             elif as_mx and isinstance(buf, Fresh):
                 buffers[index] = to_mx(arena_view, buf.dtype)
             else:

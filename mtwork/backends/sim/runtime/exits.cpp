@@ -1,8 +1,9 @@
 // The C library's ways of ending the process, as kernel code sees them.
 //
-// Kernels are linked with --wrap for each (compiler.KERNEL_LINK_FLAGS): a kernel's call of
-// exit() lands here, and fails the dispatch as a fault does (a KernelFault naming the
-// thread), instead of ending the process that runs it, the caller's own when in-process.
+// Kernels call these instead of the C library's (include/mtw_exits.h renames the calls): a
+// kernel's call of exit() lands here, and fails the dispatch as a fault does (a
+// KernelFault naming the thread), instead of ending the process that runs it, the
+// caller's own when in-process.
 // abort() needs nothing here: its SIGABRT is a fault already (pool.cpp).
 #include <stdio.h>
 
@@ -20,8 +21,8 @@ namespace {
 }  // namespace
 
 extern "C" {
-[[noreturn]] void __wrap_exit(int status) { stop_dispatch("exit", status); }
-[[noreturn]] void __wrap__exit(int status) { stop_dispatch("_exit", status); }
-[[noreturn]] void __wrap__Exit(int status) { stop_dispatch("_Exit", status); }
-[[noreturn]] void __wrap_quick_exit(int status) { stop_dispatch("quick_exit", status); }
+[[noreturn]] void mtw_kernel_exit(int status) { stop_dispatch("exit", status); }
+[[noreturn]] void mtw_kernel__exit(int status) { stop_dispatch("_exit", status); }
+[[noreturn]] void mtw_kernel__Exit(int status) { stop_dispatch("_Exit", status); }
+[[noreturn]] void mtw_kernel_quick_exit(int status) { stop_dispatch("quick_exit", status); }
 }

@@ -16,6 +16,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "platform.h"
+
 namespace mtw {
 
 struct Worker;
@@ -34,6 +36,9 @@ constexpr size_t kFiberRegion = size_t(1) << kFiberRegionShift;
 static_assert(kGuardBelow + kFiberStack + kGuardBetween + kPrivateStack + kGuardAbove ==
                   kFiberRegion,
               "region layout");
+static_assert((kGuardBelow | kFiberStack | kGuardBetween | kPrivateStack) %
+                      platform::kLargestPage == 0,
+              "guards and stacks are whole pages on every host");
 // Fibers per worker: one per thread of the largest threadgroup, plus the one that starts
 // the next thread while all others wait.
 constexpr uint32_t kFibersPerWorker = 1024 + 1;
@@ -52,8 +57,6 @@ enum FiberState : uint32_t { kFiberFree = 0, kFiberRunning, kFiberBlocked, kFibe
 
 // Where an address lies relative to a fiber's stacks.
 enum StackPlace { kNotInArena = 0, kInStack, kBelowStack, kBelowPrivate, kAboveStack };
-
-extern "C" void mtw_switch(void** save_sp, void* new_sp);
 
 // The arena (null until fiber_arena_init) and the header of each of its regions. Hidden:
 // read on every barrier and SIMD-group function, PC-relative rather than through the GOT.

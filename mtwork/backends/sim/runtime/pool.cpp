@@ -12,9 +12,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-#include <ucontext.h>
-#include <unistd.h>
 
+#include "platform.h"
 #include "scheduler.h"
 
 using namespace mtw;
@@ -61,27 +60,6 @@ void stop_others(Dispatch* d, const Worker* self) {
       pthread_kill(threads[i], kCancelSignal);
 }
 
-const char* signal_name(int sig) {
-  switch (sig) {
-    case SIGSEGV: return "segmentation fault (invalid memory access)";
-    case SIGBUS: return "bus error (misaligned or invalid memory access)";
-    case SIGFPE: return "arithmetic trap (integer division by zero or overflow)";
-    case SIGILL: return "illegal instruction (trap)";
-    case SIGTRAP: return "trap";
-    case SIGABRT: return "abort";
-    default: return "signal";
-  }
-}
-
-uintptr_t interrupted_pc(void* context) {
-  const ucontext_t* uc = static_cast<const ucontext_t*>(context);
-#if defined(__x86_64__)
-  return uintptr_t(uc->uc_mcontext.gregs[REG_RIP]);
-#else
-  return uintptr_t(uc->uc_mcontext.pc);
-#endif
-}
-
 // The worker whose signal stack `frame` is on, or null (another thread's signal).
 Worker* signal_stack_owner(const void* frame) {
   uintptr_t base = reinterpret_cast<uintptr_t>(frame) & ~(uintptr_t)(kSignalStack - 1);
@@ -99,7 +77,7 @@ void on_signal(int sig, siginfo_t* info, void* context) {
   if (w && w->in_kernel) {
     w->in_kernel = 0;
     w->fault_address = reinterpret_cast<uintptr_t>(info->si_addr);
-    w->fault_pc = interrupted_pc(context);
+    w->fault_pc = platform::interrupted_pc(context);
     siglongjmp(w->escape, sig);
   }
   if (sig == kCancelSignal) return;
@@ -137,14 +115,10 @@ void install_handlers() {
 
 // Notes the worker's own OS stack (where its scheduler runs), for worker_here().
 void record_os_stack(Worker* w) {
-  pthread_attr_t attr;
-  if (pthread_getattr_np(pthread_self(), &attr) == 0) {
-    void* base;
-    size_t size;
-    pthread_attr_getstack(&attr, &base, &size);
-    w->os_stack_lo = reinterpret_cast<uintptr_t>(base);
-    w->os_stack_hi = w->os_stack_lo + size;
-    pthread_attr_destroy(&attr);
+  uintptr_t lo, hi;
+  if (platform::thread_stack(&lo, &hi)) {
+    w->os_stack_lo = lo;
+    w->os_stack_hi = hi;
   }
 }
 
@@ -153,7 +127,7 @@ void describe_fault(Worker* w, int sig) {
   char where[200];
   describe_thread(w, w->group.current, where, sizeof(where));
   uintptr_t addr = w->fault_address;
-  bool memory = sig == SIGSEGV || sig == SIGBUS;
+  bool memory = platform::is_memory_fault(sig);
   StackPlace place = memory ? stack_place(addr, w->running) : kNotInArena;
   if (place == kBelowStack) {
     snprintf(w->message, sizeof(w->message),
@@ -176,12 +150,12 @@ void describe_fault(Worker* w, int sig) {
     snprintf(w->message, sizeof(w->message),
              "%s at address %p in %s: the thread's stack was overwritten (a private array "
              "indexed outside its bounds?)",
-             signal_name(sig), reinterpret_cast<void*>(addr), where);
+             platform::fault_name(sig), reinterpret_cast<void*>(addr), where);
   } else if (memory) {
-    snprintf(w->message, sizeof(w->message), "%s at address %p in %s", signal_name(sig),
-             reinterpret_cast<void*>(addr), where);
+    snprintf(w->message, sizeof(w->message), "%s at address %p in %s",
+             platform::fault_name(sig), reinterpret_cast<void*>(addr), where);
   } else {
-    snprintf(w->message, sizeof(w->message), "%s in %s", signal_name(sig), where);
+    snprintf(w->message, sizeof(w->message), "%s in %s", platform::fault_name(sig), where);
   }
 }
 
@@ -300,8 +274,7 @@ void* worker_main(void* arg) {
 
 bool ensure_pool() {
   if (pool_size) return true;
-  long cores = sysconf(_SC_NPROCESSORS_ONLN);
-  int n = cores > 0 ? int(cores) : 1;
+  int n = platform::cpu_count();
   workers = static_cast<Worker**>(calloc(n, sizeof(Worker*)));
   threads = static_cast<pthread_t*>(calloc(n, sizeof(pthread_t)));
   if (!workers || !threads || !fiber_arena_init(uint32_t(n))) return false;

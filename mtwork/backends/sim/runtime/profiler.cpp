@@ -24,13 +24,11 @@
 // in what order: the counts are the same on every run and on any number of cores.
 #include "profiler.h"
 
-#include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
-#include <unistd.h>
 
+#include "platform.h"
 #include "tally.h"
 
 namespace mtw {
@@ -159,9 +157,8 @@ bool slots_ready() {
   if (!c.nslots) return true;
   size_t counts = (size_t(c.nslots) * (3 * c.blocks + c.branches) * sizeof(uint64_t) + 63) & ~size_t(63);
   shared.slot_bytes = counts + size_t(c.nslots) * kTotalSlots * sizeof(Total);
-  void* memory = mmap(nullptr, shared.slot_bytes, PROT_READ | PROT_WRITE,
-                      MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-  if (memory == MAP_FAILED) return false;
+  void* memory = platform::map_zeroed(shared.slot_bytes);
+  if (!memory) return false;
   shared.slot_counts = static_cast<uint64_t*>(memory);
   shared.slot_totals = reinterpret_cast<Total*>(static_cast<char*>(memory) + counts);
   return true;
@@ -219,13 +216,11 @@ void* kept_or_new(uint32_t i, size_t bytes, bool* reused) {
     return memory;
   }
   if (k && k->memory) {
-    munmap(k->memory, k->bytes);
+    platform::unmap(k->memory, k->bytes);
     k->memory = nullptr;
   }
   *reused = false;
-  void* memory = mmap(nullptr, bytes, PROT_READ | PROT_WRITE,
-                      MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-  return memory == MAP_FAILED ? nullptr : memory;
+  return platform::map_zeroed(bytes);
 }
 
 void clear_tables(Shard& s) {
@@ -251,7 +246,7 @@ void tally::release(bool keep) {
     if (keep && i < kMaxKeptShards && !kept_memory[i].memory)
       kept_memory[i] = KeptMemory{s.memory, s.bytes, c.threads, c.blocks, c.branches};
     else
-      munmap(s.memory, s.bytes);
+      platform::unmap(s.memory, s.bytes);
   }
   free(shared.shards);
   shared.shards = nullptr;
@@ -260,7 +255,7 @@ void tally::release(bool keep) {
     free(shared.line_bits[b]);
     shared.line_bits[b] = nullptr;
   }
-  if (shared.slot_counts) munmap(shared.slot_counts, shared.slot_bytes);
+  if (shared.slot_counts) platform::unmap(shared.slot_counts, shared.slot_bytes);
   shared.slot_counts = nullptr;
   shared.slot_totals = nullptr;
 }
@@ -374,13 +369,12 @@ extern "C" int mtw_profile_arm(const mtw_profile* profile) {
              "%u threads per threadgroup", kMaxBuffers, MTW_MAX_THREADS);
     return 1;
   }
-  Dl_info info;
-  shared.image_base = dladdr(reinterpret_cast<void*>(c.entry), &info) && info.dli_fbase
-                         ? reinterpret_cast<uintptr_t>(info.dli_fbase) : 0;
+  platform::Image image;
+  shared.image_base =
+      platform::image_of(reinterpret_cast<const void*>(c.entry), &image) ? image.base : 0;
   shared.simdgroups = (c.threads + MTW_SIMD_WIDTH - 1) / MTW_SIMD_WIDTH;
   shared.words = (c.blocks + 63) / 64;
-  long cores = sysconf(_SC_NPROCESSORS_ONLN);
-  shared.nshards = pool_size ? uint32_t(pool_size) : cores > 0 ? uint32_t(cores) : 1;
+  shared.nshards = pool_size ? uint32_t(pool_size) : uint32_t(platform::cpu_count());
   shared.shards = static_cast<Shard*>(calloc(shared.nshards, sizeof(Shard)));
   bool ok = shared.shards != nullptr;
   for (uint32_t i = 0; ok && i < shared.nshards; ++i) {

@@ -3,12 +3,11 @@
 // the checks that sanitize builds of kernels call directly, beside the memory accesses
 // (sanitizer.cpp): array subscripts past their bound, and SIMD-group functions that read
 // an inactive lane.
-#include <dlfcn.h>
-#include <link.h>
 #include <pthread.h>
 #include <signal.h>
 #include <string.h>
 
+#include "platform.h"
 #include "sanitizer.h"
 #include "scheduler.h"
 
@@ -16,31 +15,7 @@ namespace mtw {
 
 namespace {
 
-struct ImageSearch {
-  uintptr_t address, lo, hi, base;
-};
-
-// The memory of the loaded object that holds `address` (its constants and tables).
-int find_image(struct dl_phdr_info* info, size_t, void* data) {
-  auto* search = static_cast<ImageSearch*>(data);
-  uintptr_t lo = UINTPTR_MAX, hi = 0;
-  for (int i = 0; i < info->dlpi_phnum; ++i) {
-    const ElfW(Phdr)& ph = info->dlpi_phdr[i];
-    if (ph.p_type != PT_LOAD) continue;
-    uintptr_t start = info->dlpi_addr + ph.p_vaddr;
-    if (start < lo) lo = start;
-    if (start + ph.p_memsz > hi) hi = start + ph.p_memsz;
-  }
-  if (search->address >= lo && search->address < hi) {
-    search->lo = lo;
-    search->hi = hi;
-    search->base = info->dlpi_addr;
-    return 1;
-  }
-  return 0;
-}
-
-// Holds off the watchdog's signal while the lock (or the loader's, in dladdr) is held:
+// Holds off the watchdog's signal while the lock (or the loader's, in image_of) is held:
 // jumping out then would hang.
 class HoldCancel {
  public:
@@ -62,10 +37,8 @@ uint64_t code_offset(const SanitizerState& san, const void* pc) {
   uintptr_t at = reinterpret_cast<uintptr_t>(pc);
   if (at - san.image_lo < san.image_hi - san.image_lo) return at - san.image_base;
   HoldCancel hold;
-  Dl_info info;
-  if (pc && dladdr(pc, &info) && info.dli_fbase)
-    return uint64_t(reinterpret_cast<uintptr_t>(pc) - reinterpret_cast<uintptr_t>(info.dli_fbase));
-  return 0;
+  platform::Image image;
+  return platform::image_of(pc, &image) ? at - image.base : 0;
 }
 
 // The calls that led to kernel code at `pc`, when it is on this thread's stack: the
@@ -160,11 +133,11 @@ void sanitizer_begin_dispatch(Dispatch* d) {
   pthread_mutex_init(&d->san.lock, nullptr);
   d->san.findings = 0;
   d->san.array_count = 0;
-  ImageSearch search{reinterpret_cast<uintptr_t>(d->launch.entry), 0, 0, 0};
-  dl_iterate_phdr(find_image, &search);
-  d->san.image_lo = search.lo;
-  d->san.image_hi = search.hi;
-  d->san.image_base = search.base;
+  platform::Image image{0, 0, 0};
+  platform::image_of(reinterpret_cast<const void*>(d->launch.entry), &image);
+  d->san.image_lo = image.lo;
+  d->san.image_hi = image.hi;
+  d->san.image_base = image.base;
 }
 
 void sanitizer_register_array(Worker* w, uint32_t offset, uint32_t size, const char* name,

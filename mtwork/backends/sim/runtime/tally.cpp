@@ -100,9 +100,9 @@ void count_device(Shard& s, uint64_t pc, const Event* e, uint32_t n) {
 }
 
 // One SIMD-group access of threadgroup memory, under the bank model mtwork.gpu.Counters
-// documents: 32 banks of 4 bytes (docs/gpu-model.md: a microbenchmark study found M1's
-// "a classical shared memory with 32 independent banks"; MLX pads its threadgroup tiles by
-// 16 bytes, steel/gemm/gemm.h, which only helps on banked memory). Lanes reading one word
+// documents: 32 banks of 4 bytes (docs/records/gpu-model.md: a microbenchmark study found
+// M1's "a classical shared memory with 32 independent banks"; MLX pads its threadgroup tiles
+// by 16 bytes, steel/gemm/gemm.h, which only helps on banked memory). Lanes reading one word
 // share it; the access needs as many wavefronts as the most distinct words in one bank,
 // at least one per 32 words: the wavefronts beyond that are bank conflicts.
 void count_threadgroup(Shard& s, uint64_t pc, const Event* e, uint32_t n) {

@@ -1,0 +1,116 @@
+"""The GPU model's validation set (tests/validation): its structure and the model's
+invariants on a representative part by default (one llama.cpp and one MLX pair), every
+pair as slow tests. Timings are the bench's (bench/gpu_model_validation.py), not asserted
+here. The published sources come from pip on first use and stay in the user's cache."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from mtwork.gpu import Counters, estimate, estimate_sequence, scaled
+from tests.validation import evaluate, llama, mlx_side, published
+from tests.validation.catalog import PAIRS
+from tests.validation.pairs import Pair
+
+REPRESENTATIVE = ("llama.cpp #2188", "MLX #3764: qmv_wide for 2 vectors, int4, 15360x3840")
+
+
+def _pair(prefix: str) -> Pair:
+    return next(p for p in PAIRS if p.name.startswith(prefix))
+
+
+def _available(call):
+    try:
+        return call()
+    except published.Unavailable as exc:
+        pytest.skip(str(exc))
+
+
+def test_the_set_is_at_least_its_published_figures() -> None:
+    names = [p.name + p.chip for p in PAIRS]
+    assert len(set(names)) == len(names)
+    for p in PAIRS:
+        assert p.published.url.startswith(("https://github.com/", "seed "))
+        assert p.published.ratio > 0 and p.published.says
+        assert p.before.source != p.after.source or p.before.kernels != p.after.kernels
+        if p.level == "token":  # bounds need the measured tokens
+            assert p.published.before and p.published.after
+
+
+def test_published_sources_come_from_the_package_cache() -> None:
+    source = _available(lambda: published.llama_cpp("0.1.71")) / "ggml-metal.metal"
+    assert source.is_file() and published.cache_root() in source.parents
+    assert "N_SIMDGROUP" in source.read_text()  # #2188's kernel, as released
+    include = _available(lambda: published.mlx_include("0.32.0"))
+    assert (include / mlx_side.KERNELS / "quantized.h").read_text().count("qmv_wide") > 1
+
+
+def test_a_slice_scaled_is_the_whole_dispatch() -> None:
+    # 128 rows profiled whole, and 64 rows taken twice: the same counts, the shared
+    # vector's lines once (0.1.70's kernel: a row a threadgroup, no read past its row).
+    # The chains are rounded once per profile, so they may differ by that rounding.
+    whole = _available(lambda: llama._profile("0.1.70", "q4_0", 128, 512)).to_dict()
+    half = llama._profile("0.1.70", "q4_0", 64, 512)
+    twice = scaled(half, 2, shared=("src1",)).to_dict()
+    for chain in ("dependent_issues", "dependent_loads"):
+        assert abs(twice.pop(chain) - whole.pop(chain)) <= 2
+    assert twice == whole
+    assert [s.line for s in half.source_lines] == [s["line"] for s in twice["source_lines"]]
+    with pytest.raises(ValueError, match="no buffer"):
+        scaled(half, 2, shared=("vector",))
+
+
+def test_scalar_arguments_are_not_buffer_traffic() -> None:
+    c = _available(lambda: llama.mat_vec("0.1.70", "q4_0", 64, 512))
+    assert {b.buffer for b in c.buffers} == {"src0", "src1", "dst"}  # not ne00, ne10, ne0
+
+
+@pytest.mark.parametrize("prefix", REPRESENTATIVE)
+def test_representative_pairs_model_on_their_chip(prefix: str) -> None:
+    pair = _pair(prefix)
+    row = _available(lambda: evaluate.model(pair))
+    for side, sequence in ((pair.before, row.before), (pair.after, row.after)):
+        dispatches = side.dispatches()
+        assert sequence.dispatches == sum(n for _, n in dispatches)
+        # a sequence is its dispatches' modelled times plus the host's per dispatch
+        gpu = sum(estimate(c, pair.chip).seconds * n for c, n in dispatches)
+        assert math.isclose(sequence.gpu_seconds, gpu)
+        assert sequence.seconds > sequence.gpu_seconds
+    assert math.isclose(row.modelled, row.before_seconds / row.after_seconds)
+    timed = row.before.gpu_seconds if pair.timed == "gpu" else row.before.seconds
+    assert row.before_seconds == timed
+    assert row.direction_right == ((row.modelled > 1) == (row.published > 1)) or (
+        pair.level == "kernel" and abs(row.published - 1) <= evaluate.NEAR_ONE)
+    if pair.level == "token":
+        fits, _ = row.token_bounds
+        assert fits == (row.before_seconds <= pair.published.before
+                        and row.after_seconds <= pair.published.after)
+
+
+def test_summary_counts_its_rows() -> None:
+    c = Counters("k", 64, 256, ops=_ops())
+    fast = estimate_sequence([c], "M1 Max")
+    slow = estimate_sequence([(c, 3)], "M1 Max")
+    assert slow.dispatches == 3 and slow.gpu_seconds == pytest.approx(3 * fast.gpu_seconds)
+    pair = _pair(REPRESENTATIVE[1])
+    rows = [evaluate.Row(pair, slow, fast), evaluate.Row(pair, fast, slow)]
+    s = evaluate.summary(rows)
+    assert (s.pairs, s.directions_right, s.kernel_pairs) == (2, 1, 2)
+    assert s.kernel_ratios_within == sum(bool(r.ratio_within) for r in rows)
+
+
+def _ops():
+    from mtwork.gpu import LaneOps
+
+    return LaneOps(f32=int(np.int64(64 * 256 * 100)))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("pair", PAIRS, ids=lambda p: f"{p.name} ({p.chip})")
+def test_every_pair_models(pair: Pair) -> None:
+    row = _available(lambda: evaluate.model(pair))
+    assert row.before.seconds > 0 and row.after.seconds > 0
+    assert math.isfinite(row.ratio_error)
