@@ -27,6 +27,7 @@ import os
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -58,6 +59,8 @@ def _looks_barrier_free(program: Program) -> bool:
 
 
 _PROGRAMS_KEPT = 1024
+# Compiles a profiled call's plain build beside its profiled one (compile_profiled).
+_BESIDE = ThreadPoolExecutor(max_workers=1, thread_name_prefix="mtwork-compile")
 # How long the worker outlives the last kernel object: long enough that code making a
 # kernel per step (a test per kernel, a loop) keeps one worker.
 IDLE_SECONDS = 5.0
@@ -163,20 +166,18 @@ class SimBackend:
         """The profiled build of `program`, and with `plain_too` its plain build (where a
         profiled call's outputs will come from a plain call) compiled beside it in a
         thread: two clang processes, on two cores, where one after the other took 1.2 s
-        for a flash-attention setting."""
-        if not plain_too:
+        for a flash-attention setting. The thread is kept for the next one (starting one
+        costs milliseconds on a busy machine)."""
+        with self._lock:
+            plain_here = (program, "") in self._by_program
+        if not plain_too or plain_here:
             return self.compile(program, profile=True)
-
-        def plain() -> None:
-            with contextlib.suppress(Exception):  # the profiled build reports the error
-                self.compile(program)
-
-        beside = threading.Thread(target=plain, name=f"mtwork-compile-{program.label}")
-        beside.start()
+        beside = _BESIDE.submit(self.compile, program)
         try:
             return self.compile(program, profile=True)
         finally:
-            beside.join()
+            with contextlib.suppress(Exception):  # the profiled build reports the error
+                beside.result()
 
     def idle(self) -> None:
         """No kernel is left: the worker ends after `IDLE_SECONDS` unless one is used."""

@@ -7,7 +7,9 @@ digest of the kernel's text, flags, shim, runtime and profiler), the kernel's la
 geometry, threadgroup memory, every buffer (a bound one's dtype, shape, strides and bytes;
 a fresh one's shape, dtype and fill), the line granule of $MTWORK_GPU's chip, how the
 counts were taken ($MTWORK_PROFILER) and the code that turns the runtime's tallies into
-counters (this folder's files).
+counters (this folder's files). The cache's copy is written by a thread of its own (a
+few milliseconds of files and seals that a sweep's setting would otherwise wait for); the
+process lets it finish at its end.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import json
 import shutil
 import threading
 from collections import OrderedDict
+from concurrent.futures import ThreadPoolExecutor
 from functools import cache
 from pathlib import Path
 
@@ -33,6 +36,8 @@ _KEPT_IN_PROCESS = 512
 _in_process: OrderedDict[str, Counters] = OrderedDict()
 _lock = threading.Lock()
 _FOLDER = "counters"
+# Writes the cache's copies one after another; the interpreter lets it finish at exit.
+_writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="mtwork-kept-counters")
 
 
 @cache
@@ -83,15 +88,27 @@ def kept(name: str) -> Counters | None:
 
 
 def keep(name: str, counters: Counters) -> None:
-    """Keeps `counters` under `name`, here and in the cache folder."""
+    """Keeps `counters` under `name`, here at once and in the cache folder soon after."""
     _remember(name, counters)
-    folder = cachedir.cache_dir() / _FOLDER
-    folder.mkdir(parents=True, exist_ok=True)
-    work = cachedir.work_dir()
+    try:
+        _writer.submit(_write, name, counters)
+    except RuntimeError:  # the interpreter is ending: written now
+        _write(name, counters)
+
+
+def _write(name: str, counters: Counters) -> None:
+    try:
+        folder = cachedir.cache_dir() / _FOLDER
+        folder.mkdir(parents=True, exist_ok=True)
+        work = cachedir.work_dir()
+    except OSError:  # a cache that cannot be written: the counts stay in this process
+        return
     try:
         built = work / f"{name}.json"
         built.write_text(json.dumps(counters.to_dict()))
         cachedir.publish(built, folder / f"{name}.json")
+    except OSError:
+        pass
     finally:
         shutil.rmtree(work, ignore_errors=True)
 

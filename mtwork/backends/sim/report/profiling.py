@@ -157,7 +157,10 @@ def counting(library: runtime.KernelLibrary, table: Table, memory: Memory,
     arrays = {k: _array(ctypes.c_uint64, n * slots) for k, n in (
         ("lanes", blocks), ("simd", blocks), ("groups", blocks), ("divergences", branches))}
     distinct = _array(ctypes.c_uint64, len(names))
-    sites = (Site * (_MAX_SITES * slots))()
+    # zeroed pages from the system, touched only where sites are written (a ctypes array
+    # is cleared byte by byte: milliseconds for each slot's table)
+    site_memory = np.zeros(ctypes.sizeof(Site) * _MAX_SITES * slots, np.uint8)
+    sites = (Site * (_MAX_SITES * slots)).from_buffer(site_memory)
     site_count = _array(ctypes.c_uint32, slots)
     recorded = np.empty(ranges, RANGE)  # pages are touched only as ranges are written
     range_count = ctypes.c_uint64(0)

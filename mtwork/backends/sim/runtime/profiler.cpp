@@ -193,24 +193,26 @@ Shard* counting(Worker** out, bool on_fiber) {
   return shard_of(w);
 }
 
-// A shard's memory kept from the last profile that ended well, for the next one of the
-// same layout: a sampled profile counts one threadgroup a dispatch, many dispatches in a
-// row, and mapping its tables afresh for each cost more than counting (page faults). Its
-// per-thread tables are left clear by a finished count; its hash tables and totals are
-// cleared when it is taken again.
+// A shard's memory kept from the last profile that ended well, for the next one: a
+// sampled profile counts a few threadgroups a dispatch, one dispatch after another (a
+// sweep's settings, each another kernel), and mapping its tables afresh for each cost
+// more than counting (unmapping the last one's pages, faulting the new one's in). The
+// mapping is rounded up so that the next kernel's layout (its threads and blocks) most
+// likely fits; its per-thread tables are cleared when it is taken again.
+constexpr size_t kMappingGranule = size_t(8) << 20;
+
 struct KeptMemory {
   void* memory;
   size_t bytes;
-  uint32_t threads, blocks, branches;
 };
 KeptMemory kept_memory[kMaxKeptShards];
 
-void* kept_or_new(uint32_t i, size_t bytes, bool* reused) {
-  const mtw_profile& c = shared.config;
+// Memory of at least `bytes` for shard `i` (its size in `*mapped`), kept or new.
+void* kept_or_new(uint32_t i, size_t bytes, size_t* mapped, bool* reused) {
   KeptMemory* k = i < kMaxKeptShards ? &kept_memory[i] : nullptr;
-  if (k && k->memory && k->bytes == bytes && k->threads == c.threads &&
-      k->blocks == c.blocks && k->branches == c.branches) {
+  if (k && k->memory && k->bytes >= bytes) {
     void* memory = k->memory;
+    *mapped = k->bytes;
     k->memory = nullptr;
     *reused = true;
     return memory;
@@ -220,11 +222,19 @@ void* kept_or_new(uint32_t i, size_t bytes, bool* reused) {
     k->memory = nullptr;
   }
   *reused = false;
-  return platform::map_zeroed(bytes);
+  *mapped = (bytes + kMappingGranule - 1) / kMappingGranule * kMappingGranule;
+  return platform::map_zeroed(*mapped);
 }
 
+// A kept shard's tables cleared for this profile's layout: what a count reads before it
+// writes (the log's chunks and trails are written before they are read).
 void clear_tables(Shard& s) {
   const mtw_profile& c = shared.config;
+  memset(s.executions, 0, size_t(c.threads) * c.blocks * sizeof(uint32_t));
+  memset(s.ran, 0, size_t(shared.simdgroups) * shared.words * sizeof(uint64_t));
+  memset(s.ran_count, 0, shared.simdgroups * sizeof(uint32_t));
+  memset(s.group_most, 0, c.blocks * sizeof(uint32_t));
+  memset(s.site_trails, 0, kMaxSites * sizeof(uint32_t));
   memset(s.site_slot, 0, kSiteSlots * sizeof(uint32_t));
   memset(s.branch_site, 0, c.branches * sizeof(uint32_t));
   memset(s.lanes, 0, c.blocks * sizeof(uint64_t));
@@ -239,12 +249,11 @@ void clear_tables(Shard& s) {
 // Disarms; `keep`: the count finished, its shards' memory may serve the next one.
 void tally::release(bool keep) {
   __atomic_store_n(&profiled_entry, nullptr, __ATOMIC_SEQ_CST);
-  const mtw_profile& c = shared.config;
   for (uint32_t i = 0; i < shared.nshards; ++i) {
     Shard& s = shared.shards[i];
     if (!s.memory) continue;
     if (keep && i < kMaxKeptShards && !kept_memory[i].memory)
-      kept_memory[i] = KeptMemory{s.memory, s.bytes, c.threads, c.blocks, c.branches};
+      kept_memory[i] = KeptMemory{s.memory, s.bytes};
     else
       platform::unmap(s.memory, s.bytes);
   }
@@ -379,9 +388,8 @@ extern "C" int mtw_profile_arm(const mtw_profile* profile) {
   bool ok = shared.shards != nullptr;
   for (uint32_t i = 0; ok && i < shared.nshards; ++i) {
     Shard& s = shared.shards[i];
-    s.bytes = layout(s, nullptr);
     bool reused = false;
-    s.memory = kept_or_new(i, s.bytes, &reused);
+    s.memory = kept_or_new(i, layout(s, nullptr), &s.bytes, &reused);
     ok = s.memory != nullptr;
     if (ok) {
       layout(s, static_cast<char*>(s.memory));
