@@ -2,7 +2,9 @@
 
 Every side runs once per round and the side that starts rotates (for two sides: A,B then
 B,A), so drift in the machine's speed between rounds reaches all sides alike; results are
-paired ratios per round, reported as median and range.
+paired ratios per round, reported as median and range. A side's MLX arrays are
+evaluated inside its timed window: a kernel call on `sim` is an operation of MLX's graph,
+which runs when its outputs are evaluated.
 """
 
 from __future__ import annotations
@@ -13,7 +15,18 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import mlx.core as mx
+
 Check = Callable[[str, Any], None]
+
+
+def evaluated(result: Any) -> Any:
+    """`result` with every MLX array in it (or in a list or tuple of it) evaluated."""
+    items = result if isinstance(result, (list, tuple)) else [result]
+    arrays = [a for a in items if isinstance(a, mx.array)]
+    if arrays:
+        mx.eval(*arrays)
+    return result
 
 
 def interleaved_times(sides: Mapping[str, Callable[[], Any]], rounds: int, *,
@@ -30,7 +43,7 @@ def interleaved_times(sides: Mapping[str, Callable[[], Any]], rounds: int, *,
     names = list(sides)
     for _ in range(warmup):
         for name in names:
-            result = sides[name]()
+            result = evaluated(sides[name]())
             if check:
                 check(name, result)
     times: dict[str, list[float]] = {name: [] for name in names}
@@ -38,21 +51,12 @@ def interleaved_times(sides: Mapping[str, Callable[[], Any]], rounds: int, *,
         shift = r % len(names)
         for name in names[shift:] + names[:shift]:
             start = time.perf_counter()
-            result = sides[name]()
+            result = evaluated(sides[name]())
             times[name].append(time.perf_counter() - start)
             if check and r == rounds - 1:
                 check(name, result)
             del result  # free a large output before the next side runs
     return times
-
-
-def evaluated(outputs: Any) -> Any:
-    """A kernel call's outputs, evaluated: a call is an operation of MLX's graph, which
-    runs when MLX evaluates it, so a timed call must evaluate what it returns."""
-    import mlx.core as mx
-
-    mx.eval(outputs)
-    return outputs
 
 
 def interleaved(a: Callable[[], object], b: Callable[[], object], rounds: int) -> list[float]:

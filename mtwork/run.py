@@ -2,11 +2,12 @@
 
 `mtwork.sweep`, the live editor and the notebooks all go through `Runner.run`, so a
 configuration means the same thing everywhere: the first call (compile included, timed
-apart), `mtwork.diff` of every output against the oracle's, then `timing.bench` when
-the outputs are right. What happens is an `Outcome`, never an exception: ``ok``,
-``wrong`` (not timed), ``compile_error``, ``fault`` (faults, deadlocks, timeouts,
-threadgroup memory), ``oracle_error`` (an oracle for this configuration raised) or
-``error`` (anything else, e.g. a launch the kernel API rejects). A kernel cancelled from
+apart; on `sim`, when the runner models, it is the profiled run too), `mtwork.diff` of
+every output against the oracle's, then `timing.bench` when the outputs are right. What
+happens is an `Outcome`, never an exception: ``ok``, ``wrong`` (not timed),
+``compile_error``, ``fault`` (faults, deadlocks, timeouts, threadgroup memory),
+``oracle_error`` (an oracle for this configuration raised) or ``error`` (anything else,
+e.g. a launch the kernel API rejects). A kernel cancelled from
 outside (`KernelCancelled`) is no outcome: it is raised to whoever stopped it.
 """
 
@@ -32,7 +33,7 @@ from .gpu.counters import Counters
 from .gpu.model import Estimate
 from .kernel import Launch
 from .library_kernel import LibraryLaunch
-from .modelled import estimate_of
+from .modelled import estimate_for, estimate_of
 from .oracle import DiffReport, diff
 from .recording import watching_calls
 from .sanitizer import SanitizerReport
@@ -53,7 +54,8 @@ class Outcome:
     status: Status = "ok"
     diffs: list[DiffReport] = field(default_factory=list)
     measurement: Measurement | None = None
-    first_call_s: float | None = None  # the first call, compile included; not a sample
+    first_call_s: float | None = None  # the first call, compile (and the count, when it
+    # models on sim) included; not a sample
     error_type: str | None = None
     message: str | None = None
     checked: bool = False
@@ -148,22 +150,29 @@ class Runner:
         self.chip = chip
         self.on_phase = on_phase or _quiet
 
-    def call(self, built: Any, sanitize: bool | str | None = None) -> Callable[[], Any]:
+    def call(self, built: Any, sanitize: bool | str | None = None,
+             profile: bool = False) -> Callable[[], Any]:
         """`built` (a `Launch` or `LibraryLaunch`, run on the runner's backend, or any
         callable) as a call on the runner's inputs."""
         if isinstance(built, LibraryLaunch):
-            return lambda: built(backend=self.backend, sanitize=sanitize)
+            return lambda: built(backend=self.backend, sanitize=sanitize, profile=profile)
         if isinstance(built, Launch):
-            return lambda: built(*self.inputs, backend=self.backend, sanitize=sanitize)
+            return lambda: built(*self.inputs, backend=self.backend, sanitize=sanitize,
+                                 profile=profile)
         if not callable(built):
             raise SweepError(f"build(config) must return an mtwork.Launch or a callable, "
                              f"got {type(built).__name__}")
         return lambda: built(*self.inputs)
 
+    def counts_first(self, built: Any) -> bool:
+        """Whether the first call of `built` is the model's profiled run too: on `sim`,
+        where a profiled call's outputs are a plain call's, so the model adds no call."""
+        return (self.chip is not None and not self.sanitize and self.backend == "sim"
+                and isinstance(built, (Launch, LibraryLaunch)))
+
     def run(self, built: Any, config: Mapping[str, Any]) -> Outcome:
         """Runs, checks and times `built` for `config`."""
         fn = self.call(built)
-        first = self.call(built, self.sanitize) if self.sanitize else fn
         expected = None
         if self.oracle and self.oracle.per_config:
             try:
@@ -179,8 +188,7 @@ class Runner:
         start = time.perf_counter()
         try:
             with watching_calls() as dispatched:  # what a plain callable runs
-                outputs = first()
-            wait_for(outputs, self.backend)
+                outputs, counted, model_note = self._first_call(built, fn)
         except UnknownParameterError:
             raise
         except Exception as exc:  # noqa: BLE001 - this configuration's outcome
@@ -189,7 +197,7 @@ class Runner:
             return failed
         outcome = Outcome(first_call_s=time.perf_counter() - start,
                           sanitizer=getattr(built, "sanitizer_report", None)
-                          if self.sanitize else None)
+                          if self.sanitize else None, model_note=model_note)
         if self.oracle:
             self.on_phase("checking")
             self._check(outcome, outputs, expected)
@@ -204,11 +212,46 @@ class Runner:
                 failed = outcome_of(exc)
                 failed.first_call_s, failed.diffs = outcome.first_call_s, outcome.diffs
                 return failed
-        if self.chip is not None and not self.sanitize:
+        if self.chip is not None and not self.sanitize and model_note is None:
             self.on_phase("modelling")
+            self._model(outcome, built, counted, dispatched)
+        return outcome
+
+    def _model(self, outcome: Outcome, built: Any, counted: bool,
+               dispatched: list[str]) -> None:
+        """The outcome's counters and modelled time: from the first call when it counted,
+        else from a profiled run now (`dispatched`: the kernels the first call made)."""
+        assert self.chip is not None
+        if counted:
+            outcome.counters = built.last_counters
+            outcome.estimate, outcome.model_note = estimate_for(outcome.counters, self.chip)
+        else:
             outcome.counters, outcome.estimate, outcome.model_note = estimate_of(
                 built, self.inputs, self.chip, dispatched)
-        return outcome
+
+    def _first_call(self, built: Any, fn: Callable[[], Any]
+                    ) -> tuple[Any, bool, str | None]:
+        """The first call's outputs; whether it counted for the model too (`counts_first`);
+        why the model is missing, when the profiled call failed and a plain one did not
+        (then its outputs are the plain call's)."""
+        if self.sanitize:
+            outputs = self.call(built, self.sanitize)()
+        elif self.counts_first(built):
+            try:
+                outputs = self.call(built, profile=True)()
+                wait_for(outputs, self.backend)
+                return outputs, True, None
+            except (UnknownParameterError, KernelCancelled):
+                raise
+            except Exception as exc:  # noqa: BLE001 - the model is missing, the run stands
+                note = f"not modelled: the profiled run raised {type(exc).__name__}: {exc}"
+                outputs = fn()
+                wait_for(outputs, self.backend)
+                return outputs, False, note
+        else:
+            outputs = fn()
+        wait_for(outputs, self.backend)
+        return outputs, False, None
 
     def _check(self, outcome: Outcome, outputs: Any, expected: Any) -> None:
         """Diffs outputs against the oracle's; marks the outcome wrong when they differ."""

@@ -225,3 +225,31 @@ def test_code_mask_blanks_comments_and_literals_as_the_c_rules_say():
         assert code_mask(text) == _reference_mask(text), repr(text)
     assert code_mask('f("a/*b", \'c\'); // d\n/* e\n */ g') == \
         'f("    ", \' \');     \n    \n    g'
+
+
+def test_threads_compiling_one_program_at_once_build_it_once(monkeypatch) -> None:
+    import threading
+    import time
+
+    from mtwork.backends.sim import SimBackend
+
+    program = _program(_scale())
+    builds = []
+    real = compiler.compile_kernel
+
+    def slow_build(*args, **kwargs):
+        builds.append(kwargs.get("profile", False))
+        time.sleep(0.2)  # long enough for every thread to ask while it builds
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(compiler, "compile_kernel", slow_build)
+    backend = SimBackend()
+    got = []
+    threads = [threading.Thread(target=lambda p=p: got.append(backend.compile(program, profile=p)))
+               for p in (False, False, False, True, True)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(builds) == [False, True] and len(got) == 5
+    assert len({id(c) for c in got}) == 2  # every thread holds the one build of its variant

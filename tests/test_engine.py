@@ -9,6 +9,7 @@ read where the dispatch runs.
 from __future__ import annotations
 
 import threading
+import uuid
 
 import mlx.core as mx
 import numpy as np
@@ -270,9 +271,12 @@ def test_a_kernel_the_pass_cannot_take_says_why(engine) -> None:
     np.testing.assert_array_equal(out, np.where(np.arange(32) % 2, x * 2, x)[::-1])
 
 
-def test_the_sanitizer_and_the_profiler_run_on_fibers(engine) -> None:
+def test_the_sanitizer_and_the_profiler_run_on_fibers(engine, monkeypatch) -> None:
     engine("fast")
-    kernel = mtwork.metal_kernel("engine_sanitized", ["inp"], ["out"], TREE_SUM)
+    monkeypatch.setenv("MTWORK_PROFILER", "exact")
+    # a text of its own: no counters kept from an earlier run stand in for the count
+    kernel = mtwork.metal_kernel("engine_sanitized", ["inp"], ["out"],
+                                 f"// {uuid.uuid4()}\n{TREE_SUM}")
     call(kernel, np.ones(256, np.float32), 1, sanitize="report")
     assert kernel.last_engine.name == "fibers"
     assert "sanitizer" in kernel.last_engine.reason
@@ -280,6 +284,9 @@ def test_the_sanitizer_and_the_profiler_run_on_fibers(engine) -> None:
     assert kernel.last_engine.name == "fibers"
     assert kernel.last_engine.reason == "the profiler counts kernels on the fiber engine"
     assert out[0] == 256
+    # counted again: the counters are kept, and the outputs come from a plain call
+    again = call(kernel, np.ones(256, np.float32), 1, profile=True)
+    assert kernel.last_engine.name == "fast" and again[0] == 256
 
 
 def test_auto_builds_the_fast_library_beside_the_calls_once_fibers_took_long_enough(
@@ -289,8 +296,9 @@ def test_auto_builds_the_fast_library_beside_the_calls_once_fibers_took_long_eno
     the calls go on on fibers, and the first call after the build runs fast."""
     engine("auto")
     x = RNG.standard_normal(4 * 256).astype(np.float32)
+    # a text of its own: no fast library built by an earlier run is in the cache
     kernel = mtwork.metal_kernel("engine_lazy", ["inp"], ["out"],
-                                 TREE_SUM.replace("partial", "lazy"))
+                                 f"// {uuid.uuid4()}\n{TREE_SUM.replace('partial', 'lazy')}")
     reference = call(kernel, x, 4)
     assert kernel.last_engine.name == "fibers"
     assert f"once its calls have taken {sim_engine.BUILD_AFTER_SECONDS:g} s on fibers" in (
@@ -307,6 +315,22 @@ def test_auto_builds_the_fast_library_beside_the_calls_once_fibers_took_long_eno
     fast = call(kernel, x, 4)
     assert kernel.last_engine.name == "fast"
     assert fast.tobytes() == reference.tobytes() == beside.tobytes()
+
+
+def test_auto_runs_a_kernel_whose_fast_library_is_cached_fast_from_its_first_call(
+        engine) -> None:
+    """A fast library built once (here by `fast`, in a new process by any earlier run)
+    serves the kernel's first call under `auto`, with no fiber time spent first."""
+    x = RNG.standard_normal(4 * 256).astype(np.float32)
+    text = f"// {uuid.uuid4()}\n{TREE_SUM.replace('partial', 'cached')}"
+    engine("fast")
+    built = call(mtwork.metal_kernel("engine_cached", ["inp"], ["out"], text), x, 4)
+    engine("auto")
+    backend("sim")._engines = sim_engine.Engines()  # as a new process: nothing in memory
+    kernel = mtwork.metal_kernel("engine_cached", ["inp"], ["out"], text)
+    first = call(kernel, x, 4)
+    assert kernel.last_engine.name == "fast"
+    assert first.tobytes() == built.tobytes()
 
 
 def test_a_kernel_that_never_blocks_runs_as_plain_loops(engine) -> None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import re
+from functools import lru_cache
 
 from .chip_table import CHIPS
 from .chips import Chip
@@ -70,7 +71,11 @@ def gpu(name: str, cores: int | None = None) -> Chip:
 
 def default_gpu() -> Chip:
     """The chip named by `MTWORK_GPU`, else the 32-core M1 Max (the best-measured entry)."""
-    value = os.environ.get(ENV_VAR, "").strip()
+    return _named_by_env(os.environ.get(ENV_VAR, "").strip())
+
+
+@lru_cache(maxsize=16)  # asked for at every profiled dispatch; a lookup takes a millisecond
+def _named_by_env(value: str) -> Chip:
     if not value:
         return gpu(DEFAULT_GPU)
     try:

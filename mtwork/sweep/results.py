@@ -57,7 +57,8 @@ class Record:
     diffs: list[DiffReport] = field(default_factory=list)
     error_type: str | None = None
     message: str | None = None
-    first_call_s: float | None = None  # the first call, compile included; not a sample
+    first_call_s: float | None = None  # the first call, compile (and the count, when it
+    # models on sim) included; not a sample
     cached: bool = False
     key: str = ""
     counters: Counters | None = None  # of the one profiled run, when the sweep models

@@ -9,7 +9,9 @@ Its rooms, each using only those listed before it:
 - `run/`: the runtime over ctypes, a dispatch's memory, the isolated worker process;
 - `report/`: what the runtime recorded as sanitizer findings and profiler counters;
 - `engine/`: the fast engine (kernels with barriers as loops over threads);
-- this module, `SimBackend`, over them all; `worker` is the worker process's main.
+- this module, `SimBackend`, over them all, with `profiled` (a profiled call: counters
+  kept, counted on a sample or on every threadgroup, and the outputs); `worker` is the
+  worker process's main.
 
 A dispatch goes: `compile.sources.translation_unit` (the rewritten files and a launcher)
 → `compile.compiler.compile_kernel` (a shared library, cached on disk) → `run.runtime.load`
@@ -20,11 +22,13 @@ from `report.findings` when it ran, or the profiler's `Counters` from `report.pr
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -34,6 +38,7 @@ from ...dispatch import Completion, Dispatch, Engine, Fresh, Program
 from ...errors import CompileError, KernelFault, KernelTimeout
 from ...sanitizer import SanitizerError
 from ...toolchain import clang
+from . import profiled
 from .compile import compiler, frontend
 from .compile.lockstep import needs_lockstep
 from .compile.sources import never_blocks, translation_unit
@@ -56,13 +61,15 @@ def _looks_barrier_free(program: Program) -> bool:
 
 
 _PROGRAMS_KEPT = 1024
+# Compiles a profiled call's plain build beside its profiled one (compile_profiled).
+_BESIDE = ThreadPoolExecutor(max_workers=1, thread_name_prefix="mtwork-compile")
 # How long the worker outlives the last kernel object: long enough that code making a
 # kernel per step (a test per kernel, a loop) keeps one worker.
 IDLE_SECONDS = 5.0
 # Why a call runs on the fiber engine whatever the kernel: its mode needs to know which
 # thread runs.
 _ON_FIBERS = "the sanitizer checks kernels on the fiber engine"
-_PROFILED = "the profiler counts kernels on the fiber engine"
+_PROFILED = profiled.ON_FIBERS
 
 
 # Why a lockstep kernel runs on fibers: the fast engine's region loops run a lane's code
@@ -99,7 +106,7 @@ def _unbound_read(program: Program, call: Dispatch, fault: KernelFault) -> TypeE
 
 
 @dataclass(frozen=True)
-class _Compiled:
+class Compiled:
     library: runtime.KernelLibrary
     translation: compiler.Translation
     table: Table | None = None  # profiled builds: what their blocks count
@@ -113,10 +120,11 @@ class SimBackend:
 
     def __init__(self, *, checks: bool = True) -> None:
         self._checks = checks  # the Metal front end's check before each compile
-        self._compiled: dict[tuple, _Compiled] = {}
+        self._compiled: dict[tuple, Compiled] = {}
         # The same, by program: a cached call skips writing its translation unit.
-        self._by_program: dict[tuple[Program, str], _Compiled] = {}
+        self._by_program: dict[tuple[Program, str], Compiled] = {}
         self._lock = threading.Lock()
+        self._building: dict[tuple, threading.Lock] = {}
         self._blocking: set[Path] = set()  # libraries that blocked on the fast path
         self._isolated: Isolated | None = None
         self._engines = Engines()
@@ -132,7 +140,7 @@ class SimBackend:
         return None
 
     def compile(self, program: Program, *, sanitize: bool = False,
-                profile: bool = False) -> _Compiled:
+                profile: bool = False) -> Compiled:
         """Compiles `program` (once per translation unit and variant: plain, sanitized or
         profiled) after the Metal front end's check (`compile.frontend`: a
         `MetalRuleError` for what Apple's compiler refuses); a `CompileError` quotes the
@@ -147,7 +155,7 @@ class SimBackend:
         # emulator's C++ would build it.
         checking = frontend.Check(program) if self._checks else None
         try:
-            compiled = self._build(program, variant, sanitize, profile)
+            compiled = self._library(program, variant, sanitize, profile)
         except CompileError:
             if checking is not None:
                 checking.verdict()
@@ -160,25 +168,43 @@ class SimBackend:
             self._by_program[(program, variant)] = compiled
         return compiled
 
-    def _build(self, program: Program, variant: str, sanitize: bool,
-               profile: bool) -> _Compiled:
+    def _library(self, program: Program, variant: str, sanitize: bool,
+                 profile: bool) -> Compiled:
         """The library of `program` in `variant` (once per translation unit)."""
         lockstep = _needs_lockstep(program)
         tu, tree = translation_unit(program)
         key = (tu.text, program.math_mode, variant + "+lockstep" * lockstep, program.msl_target)
         with self._lock:
             hit = self._compiled.get(key)
+            building = self._building.setdefault(key, threading.Lock())
         if hit is not None:
             return hit
+        # One build of a translation unit at a time: threads compiling ahead and a call
+        # asking for the same one wait for it (two would publish the same folder twice).
+        with building:
+            with self._lock:
+                hit = self._compiled.get(key)
+            if hit is not None:
+                return hit
+            try:
+                compiled = self._build(program, tu, tree.include_dirs, sanitize, profile,
+                                       lockstep)
+            finally:
+                with self._lock:
+                    self._building.pop(key, None)
+            with self._lock:
+                self._compiled[key] = compiled
+        return compiled
+
+    @staticmethod
+    def _build(program: Program, tu: compiler.Translation, include_dirs: Sequence[Path],
+               sanitize: bool, profile: bool, lockstep: bool) -> Compiled:
         path = compiler.compile_kernel(tu, program.math_mode, program.label,
-                                       include_dirs=tree.include_dirs, sanitize=sanitize,
+                                       include_dirs=include_dirs, sanitize=sanitize,
                                        profile=profile, lockstep=lockstep,
                                        msl_target=program.msl_target)
         table = profiling.load_table(path) if profile else None
-        compiled = _Compiled(runtime.load(path), tu, table, lockstep)
-        with self._lock:
-            self._compiled[key] = compiled
-        return compiled
+        return Compiled(runtime.load(path), tu, table, lockstep)
 
     def dispatch(self, program: Program, call: Dispatch) -> Completion:
         """Runs `program` over `call`'s grid and returns the buffers it wrote: in the
@@ -191,9 +217,28 @@ class SimBackend:
         if self._isolated is None:
             self._isolated = Isolated()
         self._isolated.start()  # a new worker imports while this process compiles
-        self.compile(program, sanitize=call.options.sanitize is not None,
-                     profile=call.options.profile)  # compile errors are raised here
+        if call.options.profile:
+            self.compile_profiled(program, profiled.plain_too(call))  # errors raised here
+        else:
+            self.compile(program, sanitize=call.options.sanitize is not None)
         return self._isolated.dispatch(program, call)
+
+    def compile_profiled(self, program: Program, plain_too: bool) -> Compiled:
+        """The profiled build of `program`, and with `plain_too` its plain build (where a
+        profiled call's outputs will come from a plain call) compiled beside it in a
+        thread: two clang processes, on two cores, where one after the other took 1.2 s
+        for a flash-attention setting. The thread is kept for the next one (starting one
+        costs milliseconds on a busy machine)."""
+        with self._lock:
+            plain_here = (program, "") in self._by_program
+        if not plain_too or plain_here:
+            return self.compile(program, profile=True)
+        beside = _BESIDE.submit(self.compile, program)
+        try:
+            return self.compile(program, profile=True)
+        finally:
+            with contextlib.suppress(Exception):  # the profiled build reports the error
+                beside.result()
 
     def output_memory(self, call: Dispatch, sizes: list[int]) -> list[SharedBlock | None]:
         """Memory for the outputs of an operation of MLX's graph that the call writes
@@ -240,13 +285,14 @@ class SimBackend:
                       place: Callable[[int, Fresh], np.ndarray] | None = None) -> Completion:
         """Runs `program` in this process; `place(index, fresh)` gives the memory of a
         fresh buffer (default: a new array)."""
+        if call.options.profile:
+            return profiled.call(self, program, call, place)
         sanitize = call.options.sanitize is not None
-        profile = call.options.profile
-        compiled = self.compile(program, sanitize=sanitize, profile=profile)
-        barrier_free = (not sanitize and not profile and _looks_barrier_free(program)
+        compiled = self.compile(program, sanitize=sanitize)
+        barrier_free = (not sanitize and _looks_barrier_free(program)
                         and compiled.library.path not in self._blocking)
-        fast, why = self._fast_library(program, compiled, _ON_FIBERS if sanitize else
-                                       _PROFILED if profile else None, barrier_free)
+        fast, why = self._fast_library(program, compiled, _ON_FIBERS if sanitize else None,
+                                       barrier_free)
         saved = None
         while True:
             memory = Memory(program, call, place)
@@ -257,11 +303,9 @@ class SimBackend:
                     fast.may_diverge or self._engines.comparing()))
             sanitizing = findings.describe_buffers(memory) if sanitize else None
             try:
-                if profile:
-                    return self._profiled(program, compiled, memory, call)
-                used = self._run(program, fast.library if fast else compiled.library, memory,
-                                 call, barrier_free or fast is not None, sanitizing,
-                                 lockstep=compiled.lockstep and fast is None)
+                used = self.run_dispatch(program, fast.library if fast else compiled.library,
+                                         memory, call, barrier_free or fast is not None,
+                                         sanitizing, lockstep=compiled.lockstep and fast is None)
             except runtime.NeedsFibers as stop:
                 if fast is not None:  # the threads did not reach the same barrier
                     why = self._engines.needs_fibers(compiled.library.path, str(stop))
@@ -295,7 +339,7 @@ class SimBackend:
             self._engines.record(program.label, done.engine)  # type: ignore[arg-type]
             return done
 
-    def _fast_library(self, program: Program, compiled: _Compiled, on_fibers: str | None,
+    def _fast_library(self, program: Program, compiled: Compiled, on_fibers: str | None,
                       barrier_free: bool) -> tuple[FastLibrary | None, str]:
         """The fast engine's library for a kernel that blocks, or why there is none
         (`on_fibers`: the call's mode needs the fiber engine, for this reason)."""
@@ -308,7 +352,7 @@ class SimBackend:
         return self._engines.library(program, compiled.library.path)
 
     def _compared(self, program: Program, call: Dispatch,
-                  place: Callable[[int, Fresh], np.ndarray] | None, compiled: _Compiled,
+                  place: Callable[[int, Fresh], np.ndarray] | None, compiled: Compiled,
                   fast: Memory, saved: dict[int, np.ndarray] | None, used: int) -> Completion:
         """$MTWORK_SIM_ENGINE=compare: the dispatch run again on fibers, whose bytes must
         be those the fast engine wrote; the fiber engine's buffers are returned."""
@@ -316,32 +360,18 @@ class SimBackend:
         memory = Memory(program, call, place)
         if saved is not None:
             memory.restore(saved)
-        self._run(program, compiled.library, memory, call, False, None,
+        self.run_dispatch(program, compiled.library, memory, call, False, None,
                   lockstep=compiled.lockstep)
         check_same(program.label, written, memory.written())
         return Completion(memory.written(), None, used, Engine("fast", "compared with fibers"))
 
-    def _profiled(self, program: Program, compiled: _Compiled, memory: Memory,
-                  call: Dispatch) -> Completion:
-        """One dispatch with the profiler counting (always on fibers: it needs to know
-        which thread runs)."""
-        assert compiled.table is not None
-        with profiling.counting(compiled.library, compiled.table, memory,
-                                call.geometry) as counted:
-            used = self._run(program, compiled.library, memory, call, False, None,
-                             lockstep=compiled.lockstep)
-        counters = profiling.counters(program.label, compiled.translation.sources,
-                                      compiled.library.path, compiled.table, counted,
-                                      call.geometry, used)
-        return Completion(memory.written(), None, used, Engine("fibers", _PROFILED),
-                          counters)
-
-    def _run(self, program: Program, library: runtime.KernelLibrary, memory: Memory,
-             call: Dispatch, barrier_free: bool, sanitizing: abi.Sanitizing | None, *,
-             lockstep: bool = False) -> int:
-        """Runs the dispatch on `library` (`lockstep`: a lockstep build on fibers); time on
-        the fiber engine (not barrier-free, not sanitized) counts toward building the
-        kernel's fast library."""
+    def run_dispatch(self, program: Program, library: runtime.KernelLibrary,
+                     memory: Memory, call: Dispatch, barrier_free: bool,
+                     sanitizing: abi.Sanitizing | None, *, lockstep: bool = False,
+                     groups: list[int] | None = None) -> int:
+        """Runs the dispatch on `library` (`lockstep`: a lockstep build on fibers; `groups`:
+        only those threadgroups); time on the fiber engine (not barrier-free, not sanitized)
+        counts toward building the kernel's fast library."""
         geometry = call.geometry
         clamped = tuple(min(t, g) for t, g in zip(geometry.threadgroup, geometry.grid))
         start = time.perf_counter()
@@ -350,12 +380,13 @@ class SimBackend:
             tg_static_bytes=memory.threadgroup_bytes,
             tg_memory_limit=program.msl_target.limits.threadgroup_memory,
             timeout=call.options.timeout,
-            barrier_free=barrier_free, sanitizing=sanitizing, lockstep=lockstep)
+            barrier_free=barrier_free, sanitizing=sanitizing, lockstep=lockstep,
+            groups=groups)
         if not barrier_free and sanitizing is None:
             self._engines.ran_on_fibers(library.path, time.perf_counter() - start)
         return used
 
-    def _raise_fault(self, program: Program, compiled: _Compiled, call: Dispatch,
+    def _raise_fault(self, program: Program, compiled: Compiled, call: Dispatch,
                      sanitizing: abi.Sanitizing | None, memory: Memory,
                      fault: KernelFault) -> None:
         """Raises what a fault on the fiber engine means: a read of an unbound buffer (a
@@ -367,7 +398,7 @@ class SimBackend:
             raise fault
         self._raise_with_report(program, compiled, sanitizing, memory, fault)
 
-    def _raise_with_report(self, program: Program, compiled: _Compiled,
+    def _raise_with_report(self, program: Program, compiled: Compiled,
                            sanitizing: abi.Sanitizing, memory: Memory,
                            fault: KernelFault) -> None:
         """A sanitized kernel that faulted has no outputs: its report, with the fault

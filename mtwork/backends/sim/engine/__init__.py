@@ -28,7 +28,7 @@ import numpy as np
 
 from ....dispatch import Engine, Program
 from ..run import runtime
-from .build import Built, build
+from .build import Built, build, cached
 
 __all__ = ["MODES", "EngineMismatch", "Engines", "FastLibrary", "check_same", "engine_mode"]
 
@@ -82,6 +82,7 @@ class Engines:
         self._needs_fibers: dict[Path, str] = {}
         self._fiber_seconds: dict[Path, float] = {}  # time each kernel spent on fibers
         self._building: dict[Path, threading.Thread] = {}  # builds under way (`auto`)
+        self._looked_up: set[Path] = set()  # kernels whose fast library was looked for
         self._lock = threading.Lock()
 
     def library(self, program: Program, fibers: Path) -> tuple[FastLibrary | None, str]:
@@ -96,6 +97,8 @@ class Engines:
             spent = self._fiber_seconds.get(fibers, 0.0)
         if reason is not None:
             return None, reason
+        if built is None:
+            built = self._cached(program, fibers)
         if built is None and mode == "auto":
             return None, self._build_beside(program, fibers, spent)
         if built is None:
@@ -105,6 +108,19 @@ class Engines:
         if built.path is None:
             return None, f"the fast engine cannot run this kernel: {built.refused}"
         return FastLibrary.load(built.path), ""
+
+    def _cached(self, program: Program, fibers: Path) -> Built | None:
+        """The kernel's fast library (or its refusal) where the cache has it from an
+        earlier build, looked up once per kernel: from its first call on."""
+        with self._lock:
+            if fibers in self._looked_up:
+                return None
+            self._looked_up.add(fibers)
+        found = cached(program)
+        if found is not None:
+            with self._lock:
+                self._built[fibers] = found
+        return found
 
     def _build_beside(self, program: Program, fibers: Path, spent: float) -> str:
         """`auto`: starts the build of `program`'s fast library in a thread of its own once

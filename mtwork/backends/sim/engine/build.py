@@ -38,7 +38,7 @@ from ..compile.translation import Translation
 from .ir import IRError
 from .transform import transform
 
-__all__ = ["Built", "build"]
+__all__ = ["Built", "build", "cached"]
 
 ENGINE_DIR = Path(__file__).parent
 # The front end's flags (its precompiled header is built with them), then its output.
@@ -145,9 +145,10 @@ def _compile(work: Path, tu: Translation, program: Program, include_dirs: tuple[
     return library, None
 
 
-def build(program: Program, target: Target = HOST) -> Built:
-    """The fast engine's library for `program` (built once, then from the cache), for
-    `target` (another machine than this one: to prove it builds)."""
+def _places(program: Program, target: Target
+            ) -> tuple[Translation, tuple[Path, ...], Path, Path]:
+    """The engine's translation unit for `program` on `target`, its include folders, and
+    where its library (or the note of its refusal) is cached."""
     tu, tree = translation_unit(program, launcher=engine_launcher)
     includes = [arg for d in tree.include_dirs for arg in ("-I", str(d))]
     # Keyed as the fiber engine's library is: by the prelude's folder too (MLX's headers
@@ -159,21 +160,41 @@ def build(program: Program, target: Target = HOST) -> Built:
                           str(compiler.prelude_dir()), *includes,
                           *compiler.include_order(includes))
     folder = cache_dir() / "engine"
-    cached, refusal = folder / f"{key}.so", folder / f"{key}.refused"
-    if compiler.reusable(cached):
-        return Built(cached)
+    return tu, tuple(tree.include_dirs), folder / f"{key}.so", folder / f"{key}.refused"
+
+
+def _from_cache(library: Path, refusal: Path) -> Built | None:
+    if compiler.reusable(library):
+        return Built(library)
     if compiler.reusable(refusal):
         return Built(None, refusal.read_text())
-    folder.mkdir(parents=True, exist_ok=True)
+    return None
+
+
+def cached(program: Program, target: Target = HOST) -> Built | None:
+    """The fast engine's library for `program` (or its refusal) where the cache has it,
+    else None: nothing is built."""
+    _, _, library, refusal = _places(program, target)
+    return _from_cache(library, refusal)
+
+
+def build(program: Program, target: Target = HOST) -> Built:
+    """The fast engine's library for `program` (built once, then from the cache), for
+    `target` (another machine than this one: to prove it builds)."""
+    tu, include_dirs, library, refusal = _places(program, target)
+    found = _from_cache(library, refusal)
+    if found is not None:
+        return found
+    library.parent.mkdir(parents=True, exist_ok=True)
     work = cachedir.work_dir()
     try:
-        library, reason = _compile(work, tu, program, tree.include_dirs, target)
-        if library is None:
+        built, reason = _compile(work, tu, program, include_dirs, target)
+        if built is None:
             note = work / "refused"
             note.write_text(reason or "")
             cachedir.publish(note, refusal)
             return Built(None, reason)
-        cachedir.publish(library, cached)
+        cachedir.publish(built, library)
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    return Built(cached)
+    return Built(library)

@@ -14,7 +14,7 @@
 extern "C" {
 #endif
 
-#define MTW_ABI_VERSION 4
+#define MTW_ABI_VERSION 5
 #define MTW_SIMD_WIDTH 32
 #define MTW_MAX_THREADS 1024
 #define MTW_MAX_SIMDGROUPS (MTW_MAX_THREADS / MTW_SIMD_WIDTH)

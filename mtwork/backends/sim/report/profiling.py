@@ -16,11 +16,13 @@ import json
 import math
 import threading
 from collections import Counter, defaultdict
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import cache, lru_cache
 from pathlib import Path
+
+import numpy as np
 
 from ....buffers import byte_span
 from ....dispatch import Geometry, Sources
@@ -33,19 +35,20 @@ from ..run import abi, runtime
 from ..run.memory import Memory
 from .symbolizer import symbolize
 
-__all__ = ["Profiled", "counters", "counting", "load_table"]
+__all__ = ["KIND_ATOMIC", "KIND_LOAD", "KIND_STORE", "RANGE", "THREADGROUP", "Profiled", "Site",
+           "counters", "counting", "line_bytes", "load_table"]
 
 # Apple GPUs give a thread at most 128 32-bit registers (Alyssa Rosenzweig, "Dissecting
 # the Apple M1 GPU, part III"); a kernel that needs more spills.
 MAX_REGISTERS = 128
 _MAX_SITES = 1 << 14  # (code address, buffer, kind) triples a dispatch may have
-_THREADGROUP = -1
-_LOAD, _STORE, _ATOMIC = 0, 1, 2
+THREADGROUP = -1
+KIND_LOAD, KIND_STORE, KIND_ATOMIC = 0, 1, 2  # mtw_access_kind
 _INCOMPLETE = 0xFFFFFFFF
 _lock = threading.Lock()  # the runtime has one profiler: one profiled dispatch at a time
 
 
-class _Site(ctypes.Structure):
+class Site(ctypes.Structure):
     _fields_ = [("pc", ctypes.c_uint64), ("buffer", ctypes.c_int32), ("kind", ctypes.c_uint32),
                 ("accesses", ctypes.c_uint64), ("bytes", ctypes.c_uint64),
                 ("lines", ctypes.c_uint64), ("wavefronts", ctypes.c_uint64),
@@ -59,7 +62,17 @@ class _Profile(ctypes.Structure):
                 ("branches", ctypes.c_uint32), ("max_sites", ctypes.c_uint32),
                 ("block_lanes", ctypes.c_void_p), ("block_simd", ctypes.c_void_p),
                 ("block_groups", ctypes.c_void_p), ("divergences", ctypes.c_void_p),
-                ("distinct_lines", ctypes.c_void_p), ("sites", ctypes.c_void_p)]
+                ("distinct_lines", ctypes.c_void_p), ("sites", ctypes.c_void_p),
+                ("ranges", ctypes.c_void_p), ("max_ranges", ctypes.c_uint64),
+                ("range_count", ctypes.c_void_p), ("nslots", ctypes.c_uint32),
+                ("slot_group", ctypes.c_void_p), ("slot_site_count", ctypes.c_void_p),
+                ("slot_checked", ctypes.c_void_p), ("slot_hashes", ctypes.c_void_p)]
+
+
+# mtw_profile_range: one byte range of a SIMD-group access of device memory.
+RANGE = np.dtype([("pc", np.uint64), ("buffer", np.int32), ("kind", np.uint32),
+                  ("access", np.uint64), ("lo", np.uint64), ("hi", np.uint64),
+                  ("slot", np.uint32), ("reserved", np.uint32)])
 
 
 @cache
@@ -84,15 +97,22 @@ def _array(kind, n: int) -> ctypes.Array:
 
 @dataclass
 class Profiled:
-    """What the runtime counted for one dispatch."""
+    """What the runtime counted for one dispatch (or one threadgroup of it)."""
 
     names: list[str]  # the buffers, by the runtime's index
-    lanes: ctypes.Array
-    simd: ctypes.Array
-    groups: ctypes.Array
-    divergences: ctypes.Array
-    distinct_lines: ctypes.Array
-    sites: list[_Site] = field(default_factory=list)
+    lanes: list[int]  # per instrumented block: executions, summed over threads
+    simd: list[int]  # SIMD-group issues
+    groups: list[int]  # threadgroup issues
+    divergences: list[int]  # per instrumented branch: issues whose lanes went both ways
+    distinct_lines: list[int]  # per buffer
+    sites: list[Site] = field(default_factory=list)
+    # Asked for (`counting(ranges=...)`): every device access's byte ranges (`RANGE`).
+    ranges: np.ndarray | None = None
+    sizes: list[int] = field(default_factory=list)  # the buffers' bytes, by index
+    # Counted apart: whether only checked (its threadgroup-memory accesses and branches
+    # hashed, not counted), and its hashes of those (threadgroup memory, branches).
+    checked: bool = False
+    hashes: tuple[int, int] = (0, 0)
 
 
 def _buffers(memory: Memory) -> tuple[ctypes.Array, list[str]]:
@@ -123,25 +143,47 @@ def _constant_value(type_text: str) -> bool:
 
 @contextmanager
 def counting(library: runtime.KernelLibrary, table: Table, memory: Memory,
-             geometry: Geometry) -> Iterator[Profiled]:
+             geometry: Geometry, *, ranges: int = 0, apart: Sequence[int] = (),
+             checked: Sequence[bool] = ()) -> Iterator[list[Profiled]]:
     """Arms the runtime's profiler for the dispatch run inside the block; afterwards the
-    `Profiled` it yields holds the counts. One profiled dispatch at a time."""
+    list it yields holds the counts: of the whole dispatch, or of each threadgroup in
+    `apart` (linear indices; the dispatch must run only those; `checked`: which of them
+    are only checked against another, their threadgroup-memory accesses and branches
+    hashed and not counted), and with `ranges` (room for that many) the byte ranges of
+    every device access. One profiled dispatch at a time."""
     rt = _profiler()
     infos, names = _buffers(memory)
-    blocks, branches = len(table.blocks), len(table.branches)
-    out = Profiled(names, _array(ctypes.c_uint64, blocks), _array(ctypes.c_uint64, blocks),
-                   _array(ctypes.c_uint64, blocks), _array(ctypes.c_uint64, branches),
-                   _array(ctypes.c_uint64, len(names)))
-    sites = (_Site * _MAX_SITES)()
+    blocks, branches, slots = len(table.blocks), len(table.branches), max(1, len(apart))
+    arrays = {k: _array(ctypes.c_uint64, n * slots) for k, n in (
+        ("lanes", blocks), ("simd", blocks), ("groups", blocks), ("divergences", branches))}
+    distinct = _array(ctypes.c_uint64, len(names))
+    # zeroed pages from the system, touched only where sites are written (a ctypes array
+    # is cleared byte by byte: milliseconds for each slot's table)
+    site_memory = np.zeros(ctypes.sizeof(Site) * _MAX_SITES * slots, np.uint8)
+    sites = (Site * (_MAX_SITES * slots)).from_buffer(site_memory)
+    site_count = _array(ctypes.c_uint32, slots)
+    recorded = np.empty(ranges, RANGE)  # pages are touched only as ranges are written
+    range_count = ctypes.c_uint64(0)
+    chosen = _array(ctypes.c_uint64, len(apart))
+    chosen[:len(apart)] = list(apart)
+    only_checked = _array(ctypes.c_uint8, len(apart))
+    only_checked[:len(checked)] = [int(c) for c in checked]
+    hashes = _array(ctypes.c_uint64, 2 * len(apart))
     profile = _Profile(
         entry=library.entry, buffers=ctypes.cast(infos, ctypes.c_void_p).value,
-        nbuffers=len(names), line_bytes=_line_bytes(),
+        nbuffers=len(names), line_bytes=line_bytes(),
         threads=min(geometry.threads_per_threadgroup, math.prod(geometry.grid)),
         blocks=blocks, branches=branches, max_sites=_MAX_SITES,
-        block_lanes=ctypes.addressof(out.lanes), block_simd=ctypes.addressof(out.simd),
-        block_groups=ctypes.addressof(out.groups),
-        divergences=ctypes.addressof(out.divergences),
-        distinct_lines=ctypes.addressof(out.distinct_lines), sites=ctypes.addressof(sites))
+        block_lanes=ctypes.addressof(arrays["lanes"]),
+        block_simd=ctypes.addressof(arrays["simd"]),
+        block_groups=ctypes.addressof(arrays["groups"]),
+        divergences=ctypes.addressof(arrays["divergences"]),
+        distinct_lines=ctypes.addressof(distinct), sites=ctypes.addressof(sites),
+        ranges=recorded.ctypes.data if ranges else None, max_ranges=ranges,
+        range_count=ctypes.addressof(range_count), nslots=len(apart),
+        slot_group=ctypes.addressof(chosen), slot_site_count=ctypes.addressof(site_count),
+        slot_checked=ctypes.addressof(only_checked), slot_hashes=ctypes.addressof(hashes))
+    out: list[Profiled] = []
     with _lock:
         if rt.mtw_profile_arm(ctypes.byref(profile)) != 0:
             raise EmulatorUnavailable(f"the profiler cannot run: "
@@ -157,10 +199,24 @@ def counting(library: runtime.KernelLibrary, table: Table, memory: Memory,
     if found > _MAX_SITES:
         raise EmulatorUnavailable(f"the profiler counted {found} access sites, more than the "
                                   f"{_MAX_SITES} it reports; profile a smaller kernel")
-    out.sites = list(sites[:found])
+    short = ranges and range_count.value > ranges  # the record of ranges is short: None
+    kept = recorded[:range_count.value] if ranges and not short else None
+    for k in range(slots):
+        per = {name: list(a[k * n:(k + 1) * n]) for name, a, n in (
+            ("lanes", arrays["lanes"], blocks), ("simd", arrays["simd"], blocks),
+            ("groups", arrays["groups"], blocks),
+            ("divergences", arrays["divergences"], branches))}
+        count = site_count[k] if apart else found
+        mine = None if kept is None else kept[kept["slot"] == k] if apart else kept
+        out.append(Profiled(names, distinct_lines=list(distinct[:len(names)]),
+                            sites=list(sites[k * _MAX_SITES:k * _MAX_SITES + count]),
+                            ranges=mine, sizes=[int(i.size) for i in infos],
+                            checked=bool(only_checked[k]) if apart else False,
+                            hashes=(hashes[2 * k], hashes[2 * k + 1]) if apart else (0, 0),
+                            **per))
 
 
-def _line_bytes() -> int:
+def line_bytes() -> int:
     """The granule device accesses are counted in: what the L1 of the chip the counts are
     for ($MTWORK_GPU's) moves per cycle, 64 bytes (half a 128-byte line) on every chip in
     the table. An access that uses part of a line costs the segments it touches, not the
@@ -219,8 +275,8 @@ def _memory(raw: Profiled, places: dict[int, tuple[str, int]], lines: defaultdic
     shared = Counter()
     for s in raw.sites:
         where = places.get(int(s.pc))
-        if s.buffer == _THREADGROUP:
-            if s.kind == _ATOMIC:
+        if s.buffer == THREADGROUP:
+            if s.kind == KIND_ATOMIC:
                 shared["threadgroup_atomics"] += s.accesses
                 continue
             shared["threadgroup_accesses"] += s.wavefronts
@@ -230,10 +286,10 @@ def _memory(raw: Profiled, places: dict[int, tuple[str, int]], lines: defaultdic
                 lines[where]["bank_conflicts"] += s.conflicts
             continue
         b = per_buffer[s.buffer]
-        if s.kind == _ATOMIC:
+        if s.kind == KIND_ATOMIC:
             b["atomics"] += s.accesses
             continue
-        kind = "load" if s.kind == _LOAD else "store"
+        kind = "load" if s.kind == KIND_LOAD else "store"
         b[f"{kind}s"] += s.accesses
         b[f"{kind}_bytes"] += s.bytes
         b["transactions"] += s.lines
@@ -258,7 +314,7 @@ def counters(kernel: str, sources: Sources, library: Path, table: Table, raw: Pr
         kernel, threadgroups=math.prod(geometry.threadgroups),
         threads_per_threadgroup=geometry.threads_per_threadgroup,
         threadgroup_memory=threadgroup_memory,
-        registers=min(table.registers, MAX_REGISTERS), line_bytes=_line_bytes(),
+        registers=min(table.registers, MAX_REGISTERS), line_bytes=line_bytes(),
         buffers=tuple(buffers), threadgroup_barriers=int(barriers),
         ops=LaneOps(**{k: int(v) for k, v in ops.items()}),
         simd=SimdOps(**{k: int(v) for k, v in simd.items()}),

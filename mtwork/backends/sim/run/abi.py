@@ -12,7 +12,7 @@ from functools import cache
 from ....errors import EmulatorUnavailable
 from ..compile.compiler import runtime_library
 
-ABI_VERSION = 4
+ABI_VERSION = 5
 
 
 class BufferInfo(ctypes.Structure):
@@ -88,6 +88,8 @@ class LaunchRecord(ctypes.Structure):
         ("nbuffers", ctypes.c_uint32),
         ("max_findings", ctypes.c_uint32),
         ("findings", ctypes.c_void_p),
+        ("groups", ctypes.c_void_p),
+        ("ngroups", ctypes.c_uint64),
     ]
 
 

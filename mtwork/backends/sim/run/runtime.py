@@ -6,7 +6,7 @@ import ctypes
 import math
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -249,8 +249,11 @@ def dispatch(
     barrier_free: bool = False,
     sanitizing: Sanitizing | None = None,
     lockstep: bool = False,
+    groups: Sequence[int] | None = None,
 ) -> int:
     """Runs the kernel over the grid; returns the threadgroup memory it used (bytes).
+
+    `groups` runs only those threadgroups (linear indices, x fastest), not the whole grid.
 
     `barrier_free` runs the group as plain loops: only for kernels that never block.
     `lockstep`: the library traces its loads and stores (compiler.LOCKSTEP_FLAGS), and
@@ -268,6 +271,10 @@ def dispatch(
                                 lockstep)
     launch = LaunchRecord.from_buffer_copy(template)  # `template` keeps the name alive
     launch.buffers = ctypes.cast(buffers, ctypes.c_void_p).value
+    chosen = None
+    if groups is not None:
+        chosen = (ctypes.c_uint64 * max(1, len(groups)))(*groups)  # alive until the end
+        launch.groups, launch.ngroups = ctypes.addressof(chosen), len(groups)
     if sanitizing is not None:
         launch.sanitize = 1
         launch.buffer_info = ctypes.cast(sanitizing.buffers, ctypes.c_void_p).value

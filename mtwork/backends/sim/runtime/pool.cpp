@@ -225,7 +225,7 @@ void run_dispatch(Worker* w) {
       w->in_kernel = 0;
       return;
     }
-    int status = run_threadgroup(w, index);
+    int status = run_threadgroup(w, d->launch.groups ? d->launch.groups[index] : index);
     w->in_kernel = 0;
     if (status != MTW_OK) {
       reset_fibers(w);
@@ -322,6 +322,7 @@ extern "C" int mtw_dispatch_start(const mtw_launch* launch) {
     d->groups[k] = uint32_t((grid + tg - 1) / tg);
     d->groups_total *= d->groups[k];
   }
+  if (launch->groups) d->groups_total = launch->ngroups;
   d->live_slots = 0;
   d->live_total = 0;
   d->next_group = 0;

@@ -12,11 +12,11 @@
 // executions of it. Per threadgroup, a worker keeps
 // - per thread and block, the executions: a block's issues in a SIMD-group are then the
 //   most executions of any of its lanes, and the lanes active in them the sum;
-// - a log of the accesses and branches in the order each thread made them. When the
-//   threadgroup is done the log is sorted by (code address, thread), so that each lane's
-//   k-th entry lines up with the others', and every SIMD-group issue is counted: the
-//   bytes and lines of device memory it touches, the threadgroup-memory wavefronts it
-//   needs, whether its lanes branched both ways.
+// - per code address (site) and thread, a trail of its accesses and branches in the
+//   order the thread made them (tally.h). When the threadgroup is done, each lane's k-th
+//   entry of a site lines up with the other lanes' k-th, and every SIMD-group issue is
+//   counted: the bytes and lines of device memory it touches, the threadgroup-memory
+//   wavefronts it needs, whether its lanes branched both ways.
 // A worker sees that its threadgroup is done when a hook of its next one arrives (or at
 // mtw_profile_collect), and adds the threadgroup's counts to its totals; collect sums the
 // workers'. Every count is a sum of per-threadgroup integers, or (distinct lines) a
@@ -56,9 +56,10 @@ size_t layout(Shard& s, char* base) {
   s.ran_count = carve<uint32_t>(at, shared.simdgroups);
   s.group_most = carve<uint32_t>(at, c.blocks);
   s.group_list = carve<uint32_t>(at, c.blocks);
-  s.log = carve<Event>(at, kLogCapacity);
-  s.order = carve<uint64_t>(at, kLogCapacity);
-  s.spare = carve<uint64_t>(at, kLogCapacity);
+  s.arena = carve<uint64_t>(at, kArenaWords);
+  s.trails = carve<Trail>(at, kTrailCapacity);
+  s.site_trails = carve<uint32_t>(at, kMaxSites);
+  s.touched = carve<uint32_t>(at, kMaxSites);
   s.site_pc = carve<uint64_t>(at, kMaxSites);
   s.site_branch = carve<uint32_t>(at, kMaxSites);
   s.site_slot = carve<uint32_t>(at, kSiteSlots);
@@ -71,7 +72,7 @@ size_t layout(Shard& s, char* base) {
   return size_t(at - base);
 }
 
-// Sites are numbered densely as they are first seen, so the log sorts in few passes.
+// Sites are numbered densely as they are first seen.
 uint32_t new_site(Shard& s, uint64_t pc, uint32_t branch) {
   if (s.sites == kMaxSites) {
     full("table of access sites");
@@ -125,6 +126,44 @@ uint8_t locate(const Worker* w, uintptr_t a, uint64_t* offset) {
   return kNowhere;
 }
 
+// With slots: points the shard's counts at those of the slot of the threadgroup `g` is.
+bool into_slot(Shard& s, const mtw_group& g) {
+  const mtw_profile& c = shared.config;
+  uint64_t linear = g.group_pos[0] + uint64_t(g.groups[0]) *
+                                          (g.group_pos[1] + uint64_t(g.groups[1]) * g.group_pos[2]);
+  uint32_t k = 0;
+  while (k < c.nslots && c.slot_group[k] != linear) ++k;
+  if (k == c.nslots) {
+    full("list of threadgroups counted apart (a threadgroup not in it ran)");
+    s.active = false;
+    return false;
+  }
+  uint64_t* counts = shared.slot_counts + size_t(k) * (3 * c.blocks + c.branches);
+  s.slot = k;
+  s.lanes = counts;
+  s.simd = counts + c.blocks;
+  s.groups = counts + 2 * size_t(c.blocks);
+  s.divergences = counts + 3 * size_t(c.blocks);
+  s.totals = shared.slot_totals + size_t(k) * kTotalSlots;
+  s.last_total = nullptr;
+  s.hashes = c.slot_hashes ? c.slot_hashes + 2 * size_t(k) : nullptr;
+  s.checked = c.slot_checked && c.slot_checked[k];
+  return true;
+}
+
+// With slots: the memory of every slot's counts and totals.
+bool slots_ready() {
+  const mtw_profile& c = shared.config;
+  if (!c.nslots) return true;
+  size_t counts = (size_t(c.nslots) * (3 * c.blocks + c.branches) * sizeof(uint64_t) + 63) & ~size_t(63);
+  shared.slot_bytes = counts + size_t(c.nslots) * kTotalSlots * sizeof(Total);
+  void* memory = platform::map_zeroed(shared.slot_bytes);
+  if (!memory) return false;
+  shared.slot_counts = static_cast<uint64_t*>(memory);
+  shared.slot_totals = reinterpret_cast<Total*>(static_cast<char*>(memory) + counts);
+  return true;
+}
+
 // The shard of `w`'s worker, counting the threadgroup `w` runs now.
 Shard* shard_of(Worker* w) {
   if (w->index >= shared.nshards) {
@@ -138,16 +177,10 @@ Shard* shard_of(Worker* w) {
     s.active = true;
     memcpy(s.pos, pos, sizeof(s.pos));
     s.nthreads = w->group.nthreads;
+    s.accesses = 0;
+    if (shared.config.nslots && !into_slot(s, w->group)) return nullptr;
   }
   return &s;
-}
-
-void log_event(Shard& s, const Event& e) {
-  if (s.logged == kLogCapacity) {
-    full("log of one threadgroup (8M accesses and branches)");
-    return;
-  }
-  s.log[s.logged++] = e;
 }
 
 // The shard of the running thread's worker, or null when the launch is not profiled.
@@ -160,10 +193,70 @@ Shard* counting(Worker** out, bool on_fiber) {
   return shard_of(w);
 }
 
-void release() {
+// A shard's memory kept from the last profile that ended well, for the next one: a
+// sampled profile counts a few threadgroups a dispatch, one dispatch after another (a
+// sweep's settings, each another kernel), and mapping its tables afresh for each cost
+// more than counting (unmapping the last one's pages, faulting the new one's in). The
+// mapping is rounded up so that the next kernel's layout (its threads and blocks) most
+// likely fits; its per-thread tables are cleared when it is taken again.
+constexpr size_t kMappingGranule = size_t(8) << 20;
+
+struct KeptMemory {
+  void* memory;
+  size_t bytes;
+};
+KeptMemory kept_memory[kMaxKeptShards];
+
+// Memory of at least `bytes` for shard `i` (its size in `*mapped`), kept or new.
+void* kept_or_new(uint32_t i, size_t bytes, size_t* mapped, bool* reused) {
+  KeptMemory* k = i < kMaxKeptShards ? &kept_memory[i] : nullptr;
+  if (k && k->memory && k->bytes >= bytes) {
+    void* memory = k->memory;
+    *mapped = k->bytes;
+    k->memory = nullptr;
+    *reused = true;
+    return memory;
+  }
+  if (k && k->memory) {
+    platform::unmap(k->memory, k->bytes);
+    k->memory = nullptr;
+  }
+  *reused = false;
+  *mapped = (bytes + kMappingGranule - 1) / kMappingGranule * kMappingGranule;
+  return platform::map_zeroed(*mapped);
+}
+
+// A kept shard's tables cleared for this profile's layout: what a count reads before it
+// writes (the log's chunks and trails are written before they are read).
+void clear_tables(Shard& s) {
+  const mtw_profile& c = shared.config;
+  memset(s.executions, 0, size_t(c.threads) * c.blocks * sizeof(uint32_t));
+  memset(s.ran, 0, size_t(shared.simdgroups) * shared.words * sizeof(uint64_t));
+  memset(s.ran_count, 0, shared.simdgroups * sizeof(uint32_t));
+  memset(s.group_most, 0, c.blocks * sizeof(uint32_t));
+  memset(s.site_trails, 0, kMaxSites * sizeof(uint32_t));
+  memset(s.site_slot, 0, kSiteSlots * sizeof(uint32_t));
+  memset(s.branch_site, 0, c.branches * sizeof(uint32_t));
+  memset(s.lanes, 0, c.blocks * sizeof(uint64_t));
+  memset(s.simd, 0, c.blocks * sizeof(uint64_t));
+  memset(s.groups, 0, c.blocks * sizeof(uint64_t));
+  memset(s.divergences, 0, c.branches * sizeof(uint64_t));
+  memset(static_cast<void*>(s.totals), 0, kTotalSlots * sizeof(Total));
+}
+
+}  // namespace
+
+// Disarms; `keep`: the count finished, its shards' memory may serve the next one.
+void tally::release(bool keep) {
   __atomic_store_n(&profiled_entry, nullptr, __ATOMIC_SEQ_CST);
-  for (uint32_t i = 0; i < shared.nshards; ++i)
-    if (shared.shards[i].memory) platform::unmap(shared.shards[i].memory, shared.shards[i].bytes);
+  for (uint32_t i = 0; i < shared.nshards; ++i) {
+    Shard& s = shared.shards[i];
+    if (!s.memory) continue;
+    if (keep && i < kMaxKeptShards && !kept_memory[i].memory)
+      kept_memory[i] = KeptMemory{s.memory, s.bytes};
+    else
+      platform::unmap(s.memory, s.bytes);
+  }
   free(shared.shards);
   shared.shards = nullptr;
   shared.nshards = 0;
@@ -171,55 +264,10 @@ void release() {
     free(shared.line_bits[b]);
     shared.line_bits[b] = nullptr;
   }
+  if (shared.slot_counts) platform::unmap(shared.slot_counts, shared.slot_bytes);
+  shared.slot_counts = nullptr;
+  shared.slot_totals = nullptr;
 }
-
-int by_key(const void* a, const void* b) {
-  const mtw_profile_site& x = *static_cast<const mtw_profile_site*>(a);
-  const mtw_profile_site& y = *static_cast<const mtw_profile_site*>(b);
-  if (x.pc != y.pc) return x.pc < y.pc ? -1 : 1;
-  if (x.buffer != y.buffer) return x.buffer < y.buffer ? -1 : 1;
-  return x.kind < y.kind ? -1 : x.kind > y.kind;
-}
-
-// Every shard's totals of (pc, buffer, kind), summed, into the armed profile's sites.
-uint32_t collect_sites() {
-  size_t used = 0;
-  for (uint32_t i = 0; i < shared.nshards; ++i)
-    for (uint32_t k = 0; k < kTotalSlots; ++k) used += shared.shards[i].totals[k].used;
-  mtw_profile_site* all =
-      static_cast<mtw_profile_site*>(malloc((used ? used : 1) * sizeof(mtw_profile_site)));
-  if (!all) {
-    full("memory for the results");
-    return 0;
-  }
-  size_t n = 0;
-  for (uint32_t i = 0; i < shared.nshards; ++i)
-    for (uint32_t k = 0; k < kTotalSlots; ++k)
-      if (shared.shards[i].totals[k].used) all[n++] = shared.shards[i].totals[k].counts;
-  qsort(all, n, sizeof(mtw_profile_site), by_key);
-  const mtw_profile& c = shared.config;
-  uint32_t out = 0;
-  for (size_t i = 0; i < n; ++i) {
-    bool same = out > 0 && by_key(&all[i], &all[out - 1]) == 0;
-    if (same) {
-      all[out - 1].accesses += all[i].accesses;
-      all[out - 1].bytes += all[i].bytes;
-      all[out - 1].lines += all[i].lines;
-      all[out - 1].wavefronts += all[i].wavefronts;
-      all[out - 1].conflicts += all[i].conflicts;
-    } else {
-      all[out++] = all[i];
-    }
-  }
-  for (uint32_t i = 0; i < out && i < c.max_sites; ++i) {
-    c.sites[i] = all[i];
-    c.sites[i].pc = all[i].pc - shared.image_base;
-  }
-  free(all);
-  return out;
-}
-
-}  // namespace
 
 void profiler_access(Worker* w, const void* p, uint32_t size, bool write, const void* pc) {
   if (w->atomic_depth) return;  // part of an atomic, counted as one
@@ -229,13 +277,18 @@ void profiler_access(Worker* w, const void* p, uint32_t size, bool write, const 
   if (where == kNowhere) return;
   Event e{offset, 0, uint16_t(w->group.current), uint8_t(size),
           uint8_t(where | (write ? kStore : 0))};
+  if (where == kThreadgroupMemory && s->hashes) {
+    mix(s->hashes[0], reinterpret_cast<uint64_t>(pc), packed(offset, e.size, e.where) ^
+                                                          uint64_t(e.thread) << 48);
+    if (s->checked && !s->gathering) return;  // only compared: no issues lined up
+  }
   if (s->gathering) {
     if (s->gathered_count < kGathered) s->gathered[s->gathered_count++] = e;
     else full("record of one simdgroup_matrix access");
     return;
   }
-  e.site = site_of(*s, reinterpret_cast<uint64_t>(pc));
-  if (e.site != kNoSite) log_event(*s, e);
+  uint32_t site = site_of(*s, reinterpret_cast<uint64_t>(pc));
+  if (site != kNoSite) record(*s, site, e.thread, packed(offset, e.size, e.where));
 }
 
 }  // namespace mtw
@@ -259,8 +312,12 @@ extern "C" void mtw_profile_branch(uint32_t branch, uint32_t way) {
   Worker* w;
   Shard* s = counting(&w, true);
   if (!s || branch >= shared.config.branches) return;
+  if (s->hashes) {
+    mix(s->hashes[1], branch, uint64_t(w->group.current) << 32 | way);
+    if (s->checked) return;  // only compared: no divergence counted
+  }
   uint32_t site = branch_site(*s, branch);
-  if (site != kNoSite) log_event(*s, Event{way, site, uint16_t(w->group.current), 0, 0});
+  if (site != kNoSite) record(*s, site, w->group.current, packed(way, 0, 0));
 }
 
 extern "C" void mtw_profile_atomic(const volatile void* object, int inside) {
@@ -304,13 +361,14 @@ extern "C" void mtw_profile_group_access(const void* const* ins, uint32_t mask, 
   s->gathered_count = 0;
 }
 
-extern "C" void mtw_profile_disarm(void) { release(); }
+extern "C" void mtw_profile_disarm(void) { release(false); }
 
 extern "C" const char* mtw_profile_message(void) { return shared.message; }
 
 extern "C" int mtw_profile_arm(const mtw_profile* profile) {
-  release();
+  release(false);
   shared.config = *profile;
+  shared.ranges = 0;
   shared.overflow = 0;
   shared.message[0] = 0;
   const mtw_profile& c = shared.config;
@@ -330,12 +388,13 @@ extern "C" int mtw_profile_arm(const mtw_profile* profile) {
   bool ok = shared.shards != nullptr;
   for (uint32_t i = 0; ok && i < shared.nshards; ++i) {
     Shard& s = shared.shards[i];
-    s.bytes = layout(s, nullptr);
-    s.memory = platform::map_zeroed(s.bytes);
-    if (!s.memory) {
-      ok = false;
-    } else {
+    bool reused = false;
+    s.memory = kept_or_new(i, layout(s, nullptr), &s.bytes, &reused);
+    ok = s.memory != nullptr;
+    if (ok) {
       layout(s, static_cast<char*>(s.memory));
+      if (reused) clear_tables(s);
+      s.arena_used = 1;
     }
   }
   for (uint32_t b = 0; ok && b < c.nbuffers; ++b) {
@@ -343,40 +402,12 @@ extern "C" int mtw_profile_arm(const mtw_profile* profile) {
     shared.line_bits[b] = static_cast<uint64_t*>(calloc(words, sizeof(uint64_t)));
     ok = shared.line_bits[b] != nullptr;
   }
+  ok = ok && slots_ready();
   if (!ok) {
-    release();
+    release(false);
     snprintf(shared.message, sizeof(shared.message), "no memory for the profiler's tables");
     return 2;
   }
   __atomic_store_n(&profiled_entry, c.entry, __ATOMIC_SEQ_CST);
   return 0;
-}
-
-extern "C" uint32_t mtw_profile_collect(void) {
-  if (!profiler_armed()) return 0;
-  const mtw_profile& c = shared.config;
-  for (uint32_t i = 0; i < shared.nshards; ++i)
-    if (shared.shards[i].active) finish(shared.shards[i]);
-  memset(c.block_lanes, 0, c.blocks * sizeof(uint64_t));
-  memset(c.block_simd, 0, c.blocks * sizeof(uint64_t));
-  memset(c.block_groups, 0, c.blocks * sizeof(uint64_t));
-  memset(c.divergences, 0, c.branches * sizeof(uint64_t));
-  for (uint32_t i = 0; i < shared.nshards; ++i) {
-    const Shard& s = shared.shards[i];
-    for (uint32_t b = 0; b < c.blocks; ++b) {
-      c.block_lanes[b] += s.lanes[b];
-      c.block_simd[b] += s.simd[b];
-      c.block_groups[b] += s.groups[b];
-    }
-    for (uint32_t b = 0; b < c.branches; ++b) c.divergences[b] += s.divergences[b];
-  }
-  for (uint32_t b = 0; b < c.nbuffers; ++b) {
-    uint64_t words = (c.buffers[b].size / c.line_bytes + 2 + 63) / 64, lines = 0;
-    for (uint64_t k = 0; k < words; ++k) lines += __builtin_popcountll(shared.line_bits[b][k]);
-    c.distinct_lines[b] = lines;
-  }
-  uint32_t sites = collect_sites();
-  bool complete = !shared.overflow;
-  release();
-  return complete ? sites : 0xFFFFFFFFu;
 }

@@ -98,6 +98,10 @@ typedef struct mtw_launch {
   uint32_t nbuffers;
   uint32_t max_findings;
   mtw_finding* findings;       // filled by the sanitizer, up to max_findings
+  // Run only these threadgroups (linear indices, x fastest; each below the grid's count),
+  // not the whole grid (null): the profiler counts a sample of them so.
+  const uint64_t* groups;
+  uint64_t ngroups;
 } mtw_launch;
 
 enum mtw_status {
@@ -153,6 +157,23 @@ typedef struct mtw_profile_site {
   uint64_t conflicts;   // threadgroup memory: extra wavefronts of bank conflicts, summed
 } mtw_profile_site;
 
+// One byte range a SIMD-group access of device memory touched (its lanes' pieces merged):
+// a profile that asks for them gets every access's, so that the counts of a threadgroup
+// whose addresses are another's moved by a constant can be made from the other's
+// (backends/sim/report/sampling.py).
+typedef struct mtw_profile_range {
+  uint64_t pc;          // code offset of the access
+  int32_t buffer;       // index into the buffer infos
+  uint32_t kind;        // MTW_ACCESS_LOAD or MTW_ACCESS_STORE
+  uint64_t access;      // which SIMD-group access of its threadgroup, in the order counted
+  uint64_t lo, hi;      // byte offsets in the buffer: [lo, hi)
+  uint32_t slot;        // its threadgroup's slot (0 without slots)
+  uint32_t reserved;
+} mtw_profile_range;
+
+// A profile counts the whole dispatch, or (nslots > 0) each threadgroup of a list apart:
+// then block_lanes, block_simd, block_groups and divergences hold nslots arrays one after
+// another, sites nslots tables of max_sites, and slot_site_count the sites of each.
 typedef struct mtw_profile {
   mtw_entry_fn entry;               // the profiled launch's entry (mtw_launch.entry)
   const mtw_buffer_info* buffers;   // the dispatch's buffers (MTW_BUFFER_INTERNAL: skipped)
@@ -170,6 +191,17 @@ typedef struct mtw_profile {
   uint64_t* divergences;            // [branches] SIMD-group issues whose lanes went both ways
   uint64_t* distinct_lines;         // [nbuffers] lines touched at least once
   mtw_profile_site* sites;          // [max_sites], sorted by (pc, buffer, kind)
+  mtw_profile_range* ranges;        // null, or [max_ranges]: every device access's ranges
+  uint64_t max_ranges;
+  uint64_t* range_count;            // filled: ranges recorded (more than max_ranges: lost)
+  uint32_t nslots;                  // threadgroups counted apart (0: the dispatch as one)
+  const uint64_t* slot_group;       // [nslots]: each slot's threadgroup (linear index)
+  uint32_t* slot_site_count;        // [nslots], filled: sites of each slot
+  // [nslots] or null: slots only checked against another threadgroup, whose accesses of
+  // threadgroup memory and branches are hashed (slot_hashes), not lined up and counted
+  const uint8_t* slot_checked;
+  uint64_t* slot_hashes;            // [nslots * 2], zeroed, filled: each slot's hash of its
+                                    // threadgroup-memory accesses, and of its branches
 } mtw_profile;
 
 // Arms the profiler for the next dispatch of `profile->entry`; nonzero (see

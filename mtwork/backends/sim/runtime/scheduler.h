@@ -58,7 +58,7 @@ constexpr uint32_t kLiveRecorded = 64;
 // One kernel launch, shared by all workers.
 struct Dispatch {
   mtw_launch launch;
-  uint64_t groups_total;
+  uint64_t groups_total;          // threadgroups it runs: the grid's, or launch.ngroups
   uint32_t groups[3];
   volatile uint64_t next_group;   // taken with __atomic builtins
   uint64_t groups_per_claim;      // how many a worker takes at a time

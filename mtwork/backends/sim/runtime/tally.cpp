@@ -19,6 +19,15 @@ void full(const char* what) {
 }
 
 Total* total(Shard& s, uint64_t pc, int32_t buffer, uint32_t kind) {
+  // An access site's issues come one after another: the last total found is likely it.
+  Total* last = s.last_total;
+  if (last && last->counts.pc == pc && last->counts.buffer == buffer && last->counts.kind == kind)
+    return last;
+  s.last_total = lookup_total(s, pc, buffer, kind);
+  return s.last_total;
+}
+
+Total* lookup_total(Shard& s, uint64_t pc, int32_t buffer, uint32_t kind) {
   uint64_t key = pc ^ (uint64_t(uint32_t(buffer)) << 48) ^ (uint64_t(kind) << 56);
   for (uint32_t i = 0, slot = hash(key); i < kTotalSlots; ++i, ++slot) {
     Total& t = s.totals[slot % kTotalSlots];
@@ -43,12 +52,26 @@ void mark_lines(uint32_t buffer, uint64_t first, uint64_t last) {
     __atomic_fetch_or(&bits[line >> 6], uint64_t(1) << (line & 63), __ATOMIC_RELAXED);
 }
 
+// Records one merged byte range of a device access, when the profile asks for them (past
+// its room, only counted: the caller sees that the record is short).
+void record_range(const Shard& s, uint64_t pc, uint8_t buffer, uint32_t kind,
+                  uint64_t access, uint64_t lo, uint64_t hi) {
+  const mtw_profile& c = shared.config;
+  uint64_t at = __atomic_fetch_add(&shared.ranges, 1, __ATOMIC_RELAXED);
+  if (at < c.max_ranges)
+    c.ranges[at] = mtw_profile_range{pc - shared.image_base, buffer, kind, access, lo, hi,
+                                     s.slot, 0};
+}
+
 // One SIMD-group access of device memory: the lanes' byte ranges, sorted by offset.
 void count_device(Shard& s, uint64_t pc, const Event* e, uint32_t n) {
   const uint64_t line_bytes = shared.config.line_bytes;
   uint8_t buffer = e[0].where & ~kStore;
+  uint32_t kind = (e[0].where & kStore) ? MTW_ACCESS_STORE : MTW_ACCESS_LOAD;
+  uint64_t access = s.accesses++;
   uint64_t bytes = 0, lines = 0, last_line = UINT64_MAX;
   auto add = [&](uint64_t lo, uint64_t hi) {
+    if (shared.config.ranges) record_range(s, pc, buffer, kind, access, lo, hi);
     bytes += hi - lo;
     uint64_t first = lo / line_bytes, last = (hi - 1) / line_bytes;
     if (first == last_line) ++first;
@@ -69,7 +92,7 @@ void count_device(Shard& s, uint64_t pc, const Event* e, uint32_t n) {
     }
   }
   add(lo, hi);
-  Total* t = total(s, pc, buffer, (e[0].where & kStore) ? MTW_ACCESS_STORE : MTW_ACCESS_LOAD);
+  Total* t = total(s, pc, buffer, kind);
   if (!t) return;
   t->counts.accesses += 1;
   t->counts.bytes += bytes;
@@ -141,44 +164,28 @@ void count_access(Shard& s, uint64_t pc, Event* e, uint32_t n) {
 
 namespace {
 
-// The log, stably sorted by (site, thread): a radix sort of (key, index) pairs in as
-// many passes of 8 bits as the keys need.
-void sort_log(Shard& s) {
-  const uint32_t n = s.logged;
-  uint64_t *from = s.order, *to = s.spare, top = 0;
-  for (uint32_t i = 0; i < n; ++i) {
-    uint64_t key = uint64_t(s.log[i].site) << 10 | s.log[i].thread;
-    from[i] = key << 32 | i;
-    top |= key;
+// The issues of one SIMD-group at one site: each lane's k-th entry with the others'.
+void count_issues(Shard& s, uint32_t site, const Trail* trails, uint32_t lanes) {
+  uint32_t chunk[MTW_SIMD_WIDTH], at[MTW_SIMD_WIDTH], most = 0;
+  for (uint32_t lane = 0; lane < lanes; ++lane) {
+    chunk[lane] = trails[lane].head;
+    at[lane] = 0;
+    most = trails[lane].count > most ? trails[lane].count : most;
   }
-  for (int shift = 32; shift < 64 && (top >> (shift - 32)); shift += 8) {
-    uint32_t count[kRadix + 1] = {};
-    for (uint32_t i = 0; i < n; ++i) count[((from[i] >> shift) & (kRadix - 1)) + 1] += 1;
-    for (uint32_t d = 0; d < kRadix; ++d) count[d + 1] += count[d];
-    for (uint32_t i = 0; i < n; ++i) to[count[(from[i] >> shift) & (kRadix - 1)]++] = from[i];
-    uint64_t* t = from;
-    from = to;
-    to = t;
-  }
-  s.sorted = from;
-}
-
-const Event& sorted(const Shard& s, uint32_t k) { return s.log[uint32_t(s.sorted[k])]; }
-
-// The issues of one SIMD-group at one site: the entries [begin, end) of the sorted log.
-void count_issues(Shard& s, uint32_t site, uint32_t begin, uint32_t end) {
-  uint32_t start[MTW_SIMD_WIDTH], length[MTW_SIMD_WIDTH] = {}, most = 0;
-  for (uint32_t k = begin; k < end; ++k) {
-    uint32_t lane = sorted(s, k).thread % MTW_SIMD_WIDTH;
-    if (length[lane]++ == 0) start[lane] = k;
-    if (length[lane] > most) most = length[lane];
-  }
+  const bool branch = s.site_branch[site] != kNotBranch;
   Event issue[MTW_SIMD_WIDTH];
   for (uint32_t k = 0; k < most; ++k) {
     uint32_t n = 0;
-    for (uint32_t lane = 0; lane < MTW_SIMD_WIDTH; ++lane)
-      if (length[lane] > k) issue[n++] = sorted(s, start[lane] + k);
-    if (s.site_branch[site] != kNotBranch) {
+    for (uint32_t lane = 0; lane < lanes; ++lane) {
+      if (trails[lane].count <= k) continue;
+      if (at[lane] == uint32_t(s.arena[chunk[lane]] >> 32)) {
+        chunk[lane] = uint32_t(s.arena[chunk[lane]]);
+        at[lane] = 0;
+      }
+      uint64_t entry = s.arena[chunk[lane] + 1 + at[lane]++];
+      issue[n++] = Event{entry >> 16, site, uint16_t(lane), uint8_t(entry >> 8), uint8_t(entry)};
+    }
+    if (branch) {
       bool diverged = false;
       for (uint32_t i = 1; i < n; ++i) diverged |= issue[i].value != issue[0].value;
       s.divergences[s.site_branch[site]] += diverged;
@@ -189,17 +196,18 @@ void count_issues(Shard& s, uint32_t site, uint32_t begin, uint32_t end) {
 }
 
 void count_log(Shard& s) {
-  sort_log(s);
-  for (uint32_t i = 0; i < s.logged;) {
-    const Event& first = sorted(s, i);
-    uint32_t j = i + 1;
-    while (j < s.logged && sorted(s, j).site == first.site &&
-           sorted(s, j).thread / MTW_SIMD_WIDTH == first.thread / MTW_SIMD_WIDTH)
-      ++j;
-    count_issues(s, first.site, i, j);
-    i = j;
+  for (uint32_t i = 0; i < s.touched_count; ++i) {
+    uint32_t site = s.touched[i];
+    const Trail* trails = s.trails + (s.site_trails[site] - 1);
+    for (uint32_t first = 0; first < s.nthreads; first += MTW_SIMD_WIDTH) {
+      uint32_t lanes = s.nthreads - first < MTW_SIMD_WIDTH ? s.nthreads - first : MTW_SIMD_WIDTH;
+      count_issues(s, site, trails + first, lanes);
+    }
+    s.site_trails[site] = 0;
   }
-  s.logged = 0;
+  s.touched_count = 0;
+  s.trails_used = 0;
+  s.arena_used = 1;
 }
 
 void count_blocks(Shard& s) {

@@ -18,7 +18,11 @@ constexpr uint32_t kMaxSites = 1u << 14;       // accesses' code addresses and b
 constexpr uint32_t kSiteSlots = 1u << 15;      // hash slots of access code addresses
 constexpr uint32_t kNotBranch = 0xFFFFFFFFu;
 constexpr uint32_t kTotalSlots = 1u << 15;     // hash slots of (pc, buffer, kind) totals
-constexpr uint32_t kLogCapacity = 1u << 23;    // accesses and branches of one threadgroup
+constexpr uint32_t kArenaWords = 1u << 24;     // accesses and branches of one threadgroup,
+                                               // with their chunks' headers
+constexpr uint32_t kTrailCapacity = 1u << 22;  // (site, thread) pairs of one threadgroup
+constexpr uint32_t kChunkLargest = 64;         // events in a trail's largest chunks
+constexpr uint32_t kMaxKeptShards = 64;        // shards whose memory a next profile reuses
 constexpr uint32_t kGathered = 256;            // accesses of one simdgroup_matrix access
 constexpr uint32_t kRadix = 1u << 8;
 constexpr uint32_t kNoSite = 0xFFFFFFFFu;
@@ -30,6 +34,20 @@ struct Event {
   uint16_t thread;  // linear index in the threadgroup
   uint8_t size;     // access: bytes
   uint8_t where;    // access: buffer index or kThreadgroupMemory, | kStore for a store
+};
+
+// A log entry as one word: an access's offset, size and place (or a branch's way).
+inline uint64_t packed(uint64_t value, uint8_t size, uint8_t where) {
+  return value << 16 | uint64_t(size) << 8 | where;
+}
+
+// One thread's accesses (or branches) at one site of a threadgroup, in the order it made
+// them: chunks of the shard's arena, each a header word (the next chunk | its capacity
+// << 32) and its events. A thread's k-th entry of a site lines up with the other lanes'.
+struct Trail {
+  uint32_t head, tail;     // arena offsets of the first and last chunk (0: none yet)
+  uint32_t count;          // entries
+  uint16_t fill, capacity; // entries in the last chunk, and room
 };
 
 struct Total {
@@ -49,11 +67,13 @@ struct Shard {
   uint32_t* group_most;  // [blocks]: most executions of one thread of the threadgroup
   uint32_t* group_list;  // [blocks]
   uint32_t group_count;
-  Event* log;            // [kLogCapacity]
-  uint32_t logged;
-  uint64_t* order;       // [kLogCapacity]: (site, thread) << 32 | log index, sorted
-  uint64_t* spare;       // [kLogCapacity]
-  uint64_t* sorted;      // order or spare: where the sort ended
+  uint64_t* arena;       // [kArenaWords]: the trails' chunks
+  uint32_t arena_used;   // words (offset 0 is no chunk)
+  Trail* trails;         // [kTrailCapacity]: a site's threads' trails side by side
+  uint32_t trails_used;
+  uint32_t* site_trails; // [kMaxSites]: the site's first trail + 1 (0: none yet)
+  uint32_t* touched;     // [kMaxSites]: the sites with trails, in the order first touched
+  uint32_t touched_count;
   uint64_t* site_pc;     // [kMaxSites]: the code address of an access site
   uint32_t* site_branch; // [kMaxSites]: the branch of a branch site, else kNotBranch
   uint32_t* site_slot;   // [kSiteSlots]: site index + 1, 0 when free
@@ -68,6 +88,11 @@ struct Shard {
   uint64_t* groups;       // [blocks]
   uint64_t* divergences;  // [branches]
   Total* totals;          // [kTotalSlots]
+  Total* last_total;      // the one `total` found last
+  uint32_t slot;          // with slots, the slot of its threadgroup (its counts' place)
+  uint64_t* hashes;       // with slots, the slot's hashes (threadgroup memory, branches)
+  bool checked;           // with slots, its threadgroup is only checked: hash, do not log
+  uint64_t accesses;      // device accesses of its threadgroup counted, to number ranges
   void* memory;           // the mapping all the arrays above live in
   size_t bytes;
 };
@@ -80,6 +105,10 @@ struct Shared {
   Shard* shards;                    // one per worker
   uint32_t nshards;
   uint64_t* line_bits[kMaxBuffers];  // per buffer, a bit per line touched
+  volatile uint64_t ranges;          // device access ranges recorded (config.ranges)
+  uint64_t* slot_counts;             // with slots, each slot's block counts and divergences
+  Total* slot_totals;                // with slots, each slot's totals [nslots * kTotalSlots]
+  size_t slot_bytes;                 // the mapping both live in
   volatile int overflow;             // a table or the log was full: counts incomplete
   char message[256];
 };
@@ -88,14 +117,59 @@ extern Shared shared __attribute__((visibility("hidden")));
 
 inline uint32_t hash(uint64_t key) { return uint32_t((key * 0x9E3779B97F4A7C15ull) >> 40); }
 
+// Mixes one entry into a running hash of a sequence (order matters).
+inline void mix(uint64_t& h, uint64_t a, uint64_t b) {
+  h = (h ^ a) * 0x100000001B3ull;
+  h = (h ^ b) * 0x100000001B3ull;
+  h ^= h >> 29;
+}
+
 // Marks the counts incomplete: `what` was full.
 void full(const char* what);
+
+// Appends one log entry to `thread`'s trail of `site` in the shard's threadgroup.
+inline void record(Shard& s, uint32_t site, uint32_t thread, uint64_t entry) {
+  uint32_t& first = s.site_trails[site];
+  if (first == 0) {
+    if (s.trails_used + s.nthreads > kTrailCapacity) {
+      full("table of threads' accesses of one threadgroup");
+      return;
+    }
+    first = s.trails_used + 1;
+    for (uint32_t t = 0; t < s.nthreads; ++t) s.trails[s.trails_used + t] = Trail{};
+    s.trails_used += s.nthreads;
+    s.touched[s.touched_count++] = site;
+  }
+  Trail& t = s.trails[first - 1 + thread];
+  if (t.fill == t.capacity) {
+    uint32_t grown = t.capacity ? (t.capacity * 2 < kChunkLargest ? t.capacity * 2
+                                                                   : kChunkLargest) : 2;
+    if (s.arena_used + 1 + grown > kArenaWords) {
+      full("log of one threadgroup (16M accesses and branches)");
+      return;
+    }
+    uint32_t chunk = s.arena_used;
+    s.arena[chunk] = uint64_t(grown) << 32;
+    s.arena_used += 1 + grown;
+    if (t.tail) s.arena[t.tail] |= chunk;
+    else t.head = chunk;
+    t.tail = chunk;
+    t.fill = 0;
+    t.capacity = uint16_t(grown);
+  }
+  s.arena[t.tail + 1 + t.fill++] = entry;
+  t.count += 1;
+}
 // The totals of (code address, buffer or threadgroup memory, kind) in a shard.
 Total* total(Shard& s, uint64_t pc, int32_t buffer, uint32_t kind);
+Total* lookup_total(Shard& s, uint64_t pc, int32_t buffer, uint32_t kind);
 // Counts one SIMD-group access: its lanes' pieces (reordered).
 void count_access(Shard& s, uint64_t pc, Event* e, uint32_t n);
 // Counts the shard's threadgroup (its block executions and its log) into its totals.
 void finish(Shard& s);
+// Disarms the profiler (profiler.cpp); `keep`: the count finished, and its shards' memory
+// may serve the next profile.
+void release(bool keep);
 
 }  // namespace tally
 }  // namespace mtw
