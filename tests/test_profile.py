@@ -69,6 +69,40 @@ def test_lanes_reading_one_word_count_its_bytes_once():
     assert load.distinct_lines == 1
 
 
+def test_adjacent_byte_loads_of_a_thread_are_issued_four_at_a_time():
+    # Six adjacent bytes a thread (alignment 1): one 4-byte and one 2-byte load, not six.
+    x = mx.zeros((2 * N,), dtype=mx.float32)
+    body = ("uint i = thread_position_in_grid.x; device const uchar* p = "
+            "(device const uchar*)in0 + 8 * i; out[i] = float(p[0]) + float(p[1]) + "
+            "float(p[2]) + float(p[3]) + float(p[4]) * float(p[5]);")
+    _, c = profiled("bytes6", body, [x])
+    load = buffer(c, "in0")
+    accesses = N // 32
+    assert (load.loads, load.load_bytes) == (2 * accesses, 6 * N)
+    # 32 lanes × 8 bytes apart: 256 bytes, 4 granules, for each of the two loads
+    assert load.transactions == 2 * accesses * 256 // GRANULE
+
+
+def test_adjacent_aligned_loads_merge_up_to_four_32_bit_components():
+    # Eight adjacent floats a thread: two 16-byte loads (four 32-bit components each).
+    x = mx.arange(8 * N, dtype=mx.float32)
+    body = ("uint i = thread_position_in_grid.x; device const float* p = in0 + 8 * i; "
+            "out[i] = ((p[0] + p[1]) + (p[2] + p[3])) + ((p[4] + p[5]) + (p[6] + p[7]));")
+    outputs, c = profiled("floats8", body, [x])
+    assert np.allclose(np.array(outputs[0]), np.array(x).reshape(N, 8).sum(axis=1))
+    assert buffer(c, "in0").loads == 2 * (N // 32)
+
+
+def test_loads_with_a_gap_or_a_store_between_are_not_merged():
+    # in0[4i] and in0[4i + 2] are not adjacent; the store between in0[4i+2] and
+    # in0[4i+3] may alias them: three loads per thread.
+    x = mx.arange(4 * N, dtype=mx.float32)
+    body = ("uint i = thread_position_in_grid.x; device const float* p = in0 + 4 * i; "
+            "float a = p[0] + p[2]; out[i] = a; out[i] = a * p[3];")
+    _, c = profiled("gapped", body, [x])
+    assert buffer(c, "in0").loads == 3 * (N // 32)
+
+
 def test_device_atomics_count_per_lane_and_not_as_loads():
     body = """atomic_fetch_add_explicit((device atomic_uint*)out + thread_position_in_grid.x % 4,
                                    1u, memory_order_relaxed);"""

@@ -55,3 +55,11 @@ extern "C" void __sanitizer_cov_load16(void* p) {
 extern "C" void __sanitizer_cov_store16(void* p) {
   mtw::on_access(p, 16, true, __builtin_return_address(0));
 }
+// The profiler's wide accesses: a thread's adjacent accesses merged into the wide ones
+// Apple's compiler issues (count/wide_access.py), of `size` bytes.
+extern "C" void mtw_profile_load(void* p, uint32_t size) {
+  mtw::on_access(p, size, false, __builtin_return_address(0));
+}
+extern "C" void mtw_profile_store(void* p, uint32_t size) {
+  mtw::on_access(p, size, true, __builtin_return_address(0));
+}

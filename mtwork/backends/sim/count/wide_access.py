@@ -1,0 +1,170 @@
+"""A thread's memory accesses as Apple's compiler issues them: adjacent loads (or stores)
+of one thread from one base pointer merged into wide ones.
+
+clang's coverage callbacks report each scalar load the CPU code makes: a quantized block
+read a byte or a 16-bit word at a time is, to the profiler, as many SIMD-group accesses.
+Apple's GPU loads up to four components of 8, 16 or 32 bits with one instruction (the
+`device_load` of the reverse-engineered ISA takes a format and a mask of four
+components: dougallj/applegpu), and its compiler packs adjacent accesses into it; Philip
+Turner measured a thread's 1-, 2-, 4- and 8-byte accesses at relative times 1700, 1100,
+700 and 400 (philipturner/metal-experiment-1, elementwise_f32_i32.metal), so the width
+of what a thread issues is what the L1 term must see.
+
+Within a basic block and between two calls that may touch memory, the accesses of one
+kind whose addresses are a base value plus a constant are grouped by base; each run of
+adjacent or overlapping ones is reissued as accesses of up to four elements, an element
+being the run's known alignment (from the IR's `align`, at most 4 bytes). A run is only
+rewritten when that takes fewer accesses than it had. Every lane runs the same code, so
+every lane's accesses merge alike and the runtime still lines them up by code address.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from .llvm_ir import Block, Function, Instruction
+
+_CALLBACK = re.compile(r"__sanitizer_cov_(load|store)(\d+)$")
+_POINTER = re.compile(r"\(ptr (%[-\w.$]+)\)")
+_GEP = re.compile(r"getelementptr (?:inbounds )?(?:nuw )?(?:nusw )?(\w+), ptr (%[-\w.$]+), "
+                  r"i(?:32|64) (-?\d+)$")
+_ALIGN = re.compile(r", align (\d+)")
+_ACCESS = re.compile(r"(?:load [^,]+|store [^,]+, [^,]+), ptr (%[-\w.$]+)")
+_SCALAR_BYTES = {"i8": 1, "i16": 2, "half": 2, "bfloat": 2, "i32": 4, "float": 4, "i64": 8,
+                 "double": 8}
+COMPONENTS = 4  # components one load or store instruction moves
+WIDEST_ELEMENT = 4  # bytes: 32-bit components
+HOOKS = {"load": "mtw_profile_load", "store": "mtw_profile_store"}
+
+
+@dataclass(frozen=True)
+class Access:
+    kind: str  # "load" or "store"
+    line: int  # the callback's line in the module
+    base: str
+    offset: int
+    size: int
+    align: int
+    dbg: int | None
+
+
+def _offsets(f: Function) -> dict[str, tuple[str, int]]:
+    """Each pointer a constant-offset `getelementptr` makes: (its base, byte offset)."""
+    out: dict[str, tuple[str, int]] = {}
+    for block in f.blocks:
+        for ins in block.instructions:
+            m = _GEP.search(ins.text) if ins.opcode == "getelementptr" else None
+            if m and ins.result and m.group(1) in _SCALAR_BYTES:
+                base, offset = out.get(m.group(2), (m.group(2), 0))
+                out[ins.result] = (base, offset + int(m.group(3)) * _SCALAR_BYTES[m.group(1)])
+    return out
+
+
+def _alignment(block: Block, start: int, pointer: str, size: int) -> int:
+    """The `align` of the load or store a callback reports (its own size if not found)."""
+    for ins in block.instructions[start + 1:]:
+        if ins.opcode in ("load", "store"):
+            m = _ACCESS.search(ins.text)
+            if m and m.group(1) == pointer:
+                a = _ALIGN.search(ins.text)
+                return int(a.group(1)) if a else size
+        if ins.opcode == "call" and _CALLBACK.match(ins.callee or ""):
+            break
+    return size
+
+
+def _breaks(ins: Instruction) -> bool:
+    """A call that may touch memory (anything but the callbacks and non-copying
+    intrinsics) ends the stretch in which accesses may merge."""
+    callee = ins.callee or ""
+    if ins.opcode != "call" or _CALLBACK.match(callee):
+        return False
+    return not callee.startswith("llvm.") or bool(re.match(r"llvm\.mem(cpy|move|set)",
+                                                           callee))
+
+
+def _stretches(block: Block, offsets: dict[str, tuple[str, int]]) -> list[list[Access]]:
+    """The block's callbacks, in stretches that no other memory-touching call splits; a
+    store ends a stretch of loads and a load one of stores (they might alias)."""
+    out: list[list[Access]] = [[]]
+    for index, ins in enumerate(block.instructions):
+        if _breaks(ins):
+            out.append([])
+            continue
+        m = _CALLBACK.match(ins.callee or "") if ins.opcode == "call" else None
+        pointer = _POINTER.search(ins.text) if m else None
+        if not m or not pointer:
+            continue
+        kind, size = m.group(1), int(m.group(2))
+        if out[-1] and out[-1][-1].kind != kind:
+            out.append([])
+        base, offset = offsets.get(pointer.group(1), (pointer.group(1), 0))
+        out[-1].append(Access(kind, ins.line, base, offset, size,
+                              _alignment(block, index, pointer.group(1), size), ins.dbg))
+    return [s for s in out if len(s) > 1]
+
+
+def _runs(accesses: list[Access]) -> list[list[Access]]:
+    """Accesses of one base, in runs of adjacent or overlapping byte ranges."""
+    ordered = sorted(accesses, key=lambda a: (a.offset, -a.size))
+    runs = [[ordered[0]]]
+    end = ordered[0].offset + ordered[0].size
+    for a in ordered[1:]:
+        if a.offset <= end:
+            runs[-1].append(a)
+        else:
+            runs.append([a])
+        end = max(end, a.offset + a.size) if a.offset <= end else a.offset + a.size
+    return runs
+
+
+def chunks(start: int, end: int, align: int) -> list[tuple[int, int]]:
+    """(offset, bytes) of the wide accesses that cover [start, end) when `start` is known
+    aligned to `align` bytes: elements of the largest power of two dividing the alignment
+    (at most 32 bits), up to four a time."""
+    element = 1
+    while element * 2 <= min(align, WIDEST_ELEMENT):
+        element *= 2
+    out, at = [], start
+    while at < end:
+        size = min(COMPONENTS * element, end - at)
+        out.append((at, size))
+        at += size
+    return out
+
+
+def merged(f: Function, fresh: Callable[[], str]) -> tuple[dict[int, list[str]], set[int]]:
+    """Lines to insert (before each line index) and callback lines to drop, so `f`'s
+    accesses are reported as wide ones."""
+    offsets = _offsets(f)
+    before: dict[int, list[str]] = defaultdict(list)
+    dropped: set[int] = set()
+    for block in f.blocks:
+        for stretch in _stretches(block, offsets):
+            by_base: dict[str, list[Access]] = defaultdict(list)
+            for a in stretch:
+                by_base[a.base].append(a)
+            for group in by_base.values():
+                for run in _runs(group):
+                    _rewrite(run, before, dropped, fresh)
+    return before, dropped
+
+
+def _rewrite(run: list[Access], before: dict[int, list[str]], dropped: set[int],
+             fresh: Callable[[], str]) -> None:
+    start = run[0].offset
+    align = max(a.align for a in run if a.offset == start)
+    wide = chunks(start, max(a.offset + a.size for a in run), align)
+    if len(wide) >= len(run):
+        return
+    first = min(run, key=lambda a: a.line)
+    dbg = f", !dbg !{first.dbg}" if first.dbg is not None else ""
+    lines = before[first.line]
+    for offset, size in wide:
+        at = fresh()
+        lines.append(f"{at} = getelementptr i8, ptr {first.base}, i64 {offset}")
+        lines.append(f"call void @{HOOKS[first.kind]}(ptr {at}, i32 {size}){dbg}")
+    dropped.update(a.line for a in run)
