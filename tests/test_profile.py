@@ -110,6 +110,9 @@ def test_device_atomics_count_per_lane_and_not_as_loads():
                     init_value=0)
     out = buffer(c, "out")
     assert (out.atomics, out.loads, out.stores) == (N, 0, 0)
+    # the atomics' line reaches DRAM: the model's memory term sees it
+    assert out.distinct_lines == 1
+    assert c.distinct_bytes == c.line_bytes
 
 
 # --- threadgroup memory ---------------------------------------------------------------------

@@ -333,6 +333,10 @@ extern "C" void mtw_profile_atomic(const volatile void* object, int inside) {
   uint8_t where = locate(w, reinterpret_cast<uintptr_t>(object), &offset);
   if (where == kNowhere) return;
   int32_t buffer = where == kThreadgroupMemory ? MTW_PROFILE_THREADGROUP : int32_t(where);
+  // A device atomic reads and writes its line where the GPU's caches meet DRAM: the line
+  // is traffic of the dispatch like a loaded one.
+  if (where != kThreadgroupMemory)
+    mark_lines(where, offset / shared.config.line_bytes, offset / shared.config.line_bytes);
   Total* t = total(*s, reinterpret_cast<uint64_t>(__builtin_return_address(0)), buffer,
                    MTW_ACCESS_ATOMIC);
   if (t) t->counts.accesses += 1;

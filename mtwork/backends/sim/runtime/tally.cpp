@@ -44,13 +44,13 @@ Total* lookup_total(Shard& s, uint64_t pc, int32_t buffer, uint32_t kind) {
   return nullptr;
 }
 
-namespace {
-
 void mark_lines(uint32_t buffer, uint64_t first, uint64_t last) {
   uint64_t* bits = shared.line_bits[buffer];
   for (uint64_t line = first; line <= last; ++line)
     __atomic_fetch_or(&bits[line >> 6], uint64_t(1) << (line & 63), __ATOMIC_RELAXED);
 }
+
+namespace {
 
 // Records one merged byte range of a device access, when the profile asks for them (past
 // its room, only counted: the caller sees that the record is short).

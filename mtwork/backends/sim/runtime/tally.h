@@ -163,6 +163,8 @@ inline void record(Shard& s, uint32_t site, uint32_t thread, uint64_t entry) {
 // The totals of (code address, buffer or threadgroup memory, kind) in a shard.
 Total* total(Shard& s, uint64_t pc, int32_t buffer, uint32_t kind);
 Total* lookup_total(Shard& s, uint64_t pc, int32_t buffer, uint32_t kind);
+// Marks lines first to last (inclusive) of a buffer as touched in the dispatch.
+void mark_lines(uint32_t buffer, uint64_t first, uint64_t last);
 // Counts one SIMD-group access: its lanes' pieces (reordered).
 void count_access(Shard& s, uint64_t pc, Event* e, uint32_t n);
 // Counts the shard's threadgroup (its block executions and its log) into its totals.
