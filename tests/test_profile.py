@@ -93,6 +93,21 @@ def test_adjacent_aligned_loads_merge_up_to_four_32_bit_components():
     assert buffer(c, "in0").loads == 2 * (N // 32)
 
 
+def test_a_short_loops_loads_merge_over_its_iterations():
+    # Apple's compiler unrolls a loop of 16 iterations: 16 bytes and 16 floats a thread
+    # are four 4-byte loads and four 16-byte loads, not 32 loads.
+    x = mx.arange(16 * N, dtype=mx.float32)
+    body = ("uint i = thread_position_in_grid.x; device const uchar* p = "
+            "(device const uchar*)in0 + 16 * i; float s = 0; "
+            "for (int k = 0; k < 16; ++k) s += float(p[k] & 15) * in0[k]; out[i] = s;")
+    _, c = profiled("loop16", body, [x])
+    assert buffer(c, "in0").loads == 8 * (N // 32)
+    # 64 iterations: not unrolled, one load of each a iteration
+    _, c = profiled("loop64", body.replace("16", "64"), [mx.arange(64 * N,
+                                                                    dtype=mx.float32)])
+    assert buffer(c, "in0").loads == 2 * 64 * (N // 32)
+
+
 def test_loads_with_a_gap_or_a_store_between_are_not_merged():
     # in0[4i] and in0[4i + 2] are not adjacent; the store between in0[4i+2] and
     # in0[4i+3] may alias them: three loads per thread.

@@ -16,6 +16,12 @@ adjacent or overlapping ones is reissued as accesses of up to four elements, an 
 being the run's known alignment (from the IR's `align`, at most 4 bytes). A run is only
 rewritten when that takes fewer accesses than it had. Every lane runs the same code, so
 every lane's accesses merge alike and the runtime still lines them up by code address.
+
+The emulator's build keeps loops rolled (compile/compiler.py); Apple's compiler unrolls
+a short loop of constant trip count (`UNROLLED_TRIPS`), after which its iterations'
+accesses are adjacent. So a one-block loop's accesses at a base plus a multiple of its
+induction variable (0, 1, ...) are taken over all its iterations, merged the same way,
+and reported once in the block before the loop.
 """
 
 from __future__ import annotations
@@ -25,12 +31,13 @@ from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from .ir_loops import EDGE, Graph, Loop
 from .llvm_ir import Block, Function, Instruction
 
 _CALLBACK = re.compile(r"__sanitizer_cov_(load|store)(\d+)$")
 _POINTER = re.compile(r"\(ptr (%[-\w.$]+)\)")
 _GEP = re.compile(r"getelementptr (?:inbounds )?(?:nuw )?(?:nusw )?(\w+), ptr (%[-\w.$]+), "
-                  r"i(?:32|64) (-?\d+)$")
+                  r"i(?:32|64) (-?\d+|%[-\w.$]+)$")
 _ALIGN = re.compile(r", align (\d+)")
 _ACCESS = re.compile(r"(?:load [^,]+|store [^,]+, [^,]+), ptr (%[-\w.$]+)")
 _SCALAR_BYTES = {"i8": 1, "i16": 2, "half": 2, "bfloat": 2, "i32": 4, "float": 4, "i64": 8,
@@ -38,6 +45,7 @@ _SCALAR_BYTES = {"i8": 1, "i16": 2, "half": 2, "bfloat": 2, "i32": 4, "float": 4
 COMPONENTS = 4  # components one load or store instruction moves
 WIDEST_ELEMENT = 4  # bytes: 32-bit components
 HOOKS = {"load": "mtw_profile_load", "store": "mtw_profile_store"}
+UNROLLED_TRIPS = 16  # the longest loop taken as unrolled
 
 
 @dataclass(frozen=True)
@@ -49,17 +57,24 @@ class Access:
     size: int
     align: int
     dbg: int | None
+    stride: int = 0  # bytes the address advances per iteration of the loop it is in
 
 
-def _offsets(f: Function) -> dict[str, tuple[str, int]]:
-    """Each pointer a constant-offset `getelementptr` makes: (its base, byte offset)."""
-    out: dict[str, tuple[str, int]] = {}
+def _offsets(f: Function, counter: str | None = None) -> dict[str, tuple[str, int, int]]:
+    """Each pointer a `getelementptr` by a constant (or by the loop's `counter`) makes:
+    (its base, byte offset, bytes per iteration of the counter)."""
+    out: dict[str, tuple[str, int, int]] = {}
     for block in f.blocks:
         for ins in block.instructions:
             m = _GEP.search(ins.text) if ins.opcode == "getelementptr" else None
-            if m and ins.result and m.group(1) in _SCALAR_BYTES:
-                base, offset = out.get(m.group(2), (m.group(2), 0))
-                out[ins.result] = (base, offset + int(m.group(3)) * _SCALAR_BYTES[m.group(1)])
+            if not (m and ins.result and m.group(1) in _SCALAR_BYTES):
+                continue
+            base, offset, stride = out.get(m.group(2), (m.group(2), 0, 0))
+            size = _SCALAR_BYTES[m.group(1)]
+            if m.group(3) == counter:
+                out[ins.result] = (base, offset, stride + size)
+            elif m.group(3).lstrip("-").isdigit():
+                out[ins.result] = (base, offset + int(m.group(3)) * size, stride)
     return out
 
 
@@ -86,7 +101,8 @@ def _breaks(ins: Instruction) -> bool:
                                                            callee))
 
 
-def _stretches(block: Block, offsets: dict[str, tuple[str, int]]) -> list[list[Access]]:
+def _stretches(block: Block, offsets: dict[str, tuple[str, int, int]]
+               ) -> list[list[Access]]:
     """The block's callbacks, in stretches that no other memory-touching call splits; a
     store ends a stretch of loads and a load one of stores (they might alias)."""
     out: list[list[Access]] = [[]]
@@ -101,10 +117,11 @@ def _stretches(block: Block, offsets: dict[str, tuple[str, int]]) -> list[list[A
         kind, size = m.group(1), int(m.group(2))
         if out[-1] and out[-1][-1].kind != kind:
             out.append([])
-        base, offset = offsets.get(pointer.group(1), (pointer.group(1), 0))
+        base, offset, stride = offsets.get(pointer.group(1), (pointer.group(1), 0, 0))
         out[-1].append(Access(kind, ins.line, base, offset, size,
-                              _alignment(block, index, pointer.group(1), size), ins.dbg))
-    return [s for s in out if len(s) > 1]
+                              _alignment(block, index, pointer.group(1), size), ins.dbg,
+                              stride))
+    return [s for s in out if s]
 
 
 def _runs(accesses: list[Access]) -> list[list[Access]]:
@@ -139,11 +156,18 @@ def chunks(start: int, end: int, align: int) -> list[tuple[int, int]]:
 def merged(f: Function, fresh: Callable[[], str]) -> tuple[dict[int, list[str]], set[int]]:
     """Lines to insert (before each line index) and callback lines to drop, so `f`'s
     accesses are reported as wide ones."""
-    offsets = _offsets(f)
     before: dict[int, list[str]] = defaultdict(list)
     dropped: set[int] = set()
+    graph = Graph(f)
+    unrolled = {loop.header for loop in _innermost(graph.loops)
+                if _unrolled(f, graph, loop, before, dropped, fresh)}
+    offsets = _offsets(f)
     for block in f.blocks:
+        if block.label in unrolled:
+            continue
         for stretch in _stretches(block, offsets):
+            if len(stretch) < 2:
+                continue
             by_base: dict[str, list[Access]] = defaultdict(list)
             for a in stretch:
                 by_base[a.base].append(a)
@@ -151,6 +175,87 @@ def merged(f: Function, fresh: Callable[[], str]) -> tuple[dict[int, list[str]],
                 for run in _runs(group):
                     _rewrite(run, before, dropped, fresh)
     return before, dropped
+
+
+def _innermost(loops: list[Loop]) -> list[Loop]:
+    out = []
+    for loop in loops:
+        out += _innermost(loop.inner) if loop.inner else [loop]
+    return out
+
+
+def _counter(header: Block, preheader: str) -> str | None:
+    """The loop's counter: a phi from 0 in the preheader that adds 1 per iteration."""
+    steps = {ins.result: ins.operands for ins in header.instructions if ins.opcode == "add"}
+    for ins in header.instructions:
+        if ins.opcode != "phi":
+            break
+        edges = dict((b, v.strip()) for v, b in EDGE.findall(ins.operands))
+        step = [steps.get(v, "") for b, v in edges.items() if b != preheader]
+        if (edges.get(preheader) == "0" and len(step) == 1
+                and re.fullmatch(rf"(?:nuw )?(?:nsw )?i64 {re.escape(ins.result or '')}, 1",
+                                 step[0])):
+            return ins.result
+    return None
+
+
+def _unrolled(f: Function, graph: Graph, loop: Loop, before: dict[int, list[str]],
+              dropped: set[int], fresh: Callable[[], str]) -> bool:
+    """Rewrites the accesses of a one-block loop Apple's compiler unrolls as the wide
+    accesses of all its iterations, in the block before it; whether it did."""
+    header = graph.blocks[loop.header]
+    latches = loop.blocks - {loop.header}
+    outside = [p for p in graph.pred[loop.header] if p not in loop.blocks]
+    if (loop.trips is None or loop.trips > UNROLLED_TRIPS or len(outside) != 1
+            or graph.succ[outside[0]] != [loop.header]
+            or any(len(graph.blocks[b].instructions) > 1 for b in latches)
+            or any(_breaks(ins) for ins in header.instructions)):
+        return False
+    counter = _counter(header, outside[0])
+    if counter is None:
+        return False
+    stretch = [a for s in _stretches(header, _offsets(f, counter)) for a in s]
+    groups: dict[tuple[str, str], list[Access]] = defaultdict(list)
+    for a in stretch:
+        if graph.defined.get(a.base) not in loop.blocks:
+            groups[(a.kind, a.base)].append(a)
+    at = graph.blocks[outside[0]].terminator.line
+    changed = False
+    for group in groups.values():
+        changed |= _rewrite_loop(group, loop.trips, at, before, dropped, fresh)
+    return changed
+
+
+def _rewrite_loop(group: list[Access], trips: int, at: int, before: dict[int, list[str]],
+                  dropped: set[int], fresh: Callable[[], str]) -> bool:
+    """One base's accesses over all `trips` iterations, merged and reported before line
+    `at`; whether that took fewer accesses."""
+    align = min(min(a.align, a.stride & -a.stride) if a.stride else a.align for a in group)
+    ranges = sorted((a.offset + k * a.stride, a.size) for a in group for k in range(trips))
+    first_offset = ranges[0][0]
+
+    def run(start: int, end: int) -> list[tuple[int, int]]:
+        apart = start - first_offset  # the alignment known at `start`
+        return chunks(start, end, min(align, apart & -apart) if apart else align)
+
+    wide: list[tuple[int, int]] = []
+    start, end = ranges[0][0], ranges[0][0] + ranges[0][1]
+    for offset, size in ranges[1:]:
+        if offset > end:
+            wide += run(start, end)
+            start, end = offset, offset + size
+        end = max(end, offset + size)
+    wide += run(start, end)
+    if len(wide) >= trips * len(group):
+        return False
+    first = min(group, key=lambda a: a.line)
+    dbg = f", !dbg !{first.dbg}" if first.dbg is not None else ""
+    for offset, size in wide:
+        pointer = fresh()
+        before[at].append(f"{pointer} = getelementptr i8, ptr {first.base}, i64 {offset}")
+        before[at].append(f"call void @{HOOKS[first.kind]}(ptr {pointer}, i32 {size}){dbg}")
+    dropped.update(a.line for a in group)
+    return True
 
 
 def _rewrite(run: list[Access], before: dict[int, list[str]], dropped: set[int],
