@@ -106,6 +106,16 @@ def test_a_short_loops_loads_merge_over_its_iterations():
     _, c = profiled("loop64", body.replace("16", "64"), [mx.arange(64 * N,
                                                                     dtype=mx.float32)])
     assert buffer(c, "in0").loads == 2 * 64 * (N // 32)
+    # an inner loop that starts where the outer one is: 4 floats at 4q, one 16-byte load
+    x = mx.arange(8 * N, dtype=mx.float32)
+    nested = ("uint i = thread_position_in_grid.x; device const float* p = in0 + 8 * i; "
+              "float s = 0; for (int q = 0; q < 2; ++q) { float t = 0; "
+              "for (int k = 4 * q; k < 4 * q + 4; ++k) t += p[k]; s += t * t; } out[i] = s;")
+    outputs, c = profiled("nested", nested, [x])
+    parts = np.array(x).reshape(N, 2, 4).sum(axis=2)
+    assert np.allclose(np.array(outputs[0]), (parts ** 2).sum(axis=1))
+    load = buffer(c, "in0")
+    assert (load.loads, load.load_bytes) == (2 * (N // 32), 32 * N)
 
 
 def test_loads_with_a_gap_or_a_store_between_are_not_merged():

@@ -184,18 +184,19 @@ def _innermost(loops: list[Loop]) -> list[Loop]:
     return out
 
 
-def _counter(header: Block, preheader: str) -> str | None:
-    """The loop's counter: a phi from 0 in the preheader that adds 1 per iteration."""
+def _counter(header: Block, preheader: str) -> tuple[str, str] | None:
+    """The loop's counter and its start: a phi from a value of the preheader that adds 1
+    per iteration."""
     steps = {ins.result: ins.operands for ins in header.instructions if ins.opcode == "add"}
     for ins in header.instructions:
         if ins.opcode != "phi":
             break
         edges = dict((b, v.strip()) for v, b in EDGE.findall(ins.operands))
         step = [steps.get(v, "") for b, v in edges.items() if b != preheader]
-        if (edges.get(preheader) == "0" and len(step) == 1
-                and re.fullmatch(rf"(?:nuw )?(?:nsw )?i64 {re.escape(ins.result or '')}, 1",
+        if (preheader in edges and len(step) == 1 and ins.result
+                and re.fullmatch(rf"(?:nuw )?(?:nsw )?i64 {re.escape(ins.result)}, 1",
                                  step[0])):
-            return ins.result
+            return ins.result, edges[preheader]
     return None
 
 
@@ -211,9 +212,10 @@ def _unrolled(f: Function, graph: Graph, loop: Loop, before: dict[int, list[str]
             or any(len(graph.blocks[b].instructions) > 1 for b in latches)
             or any(_breaks(ins) for ins in header.instructions)):
         return False
-    counter = _counter(header, outside[0])
-    if counter is None:
+    found = _counter(header, outside[0])
+    if found is None:
         return False
+    counter, start = found
     stretch = [a for s in _stretches(header, _offsets(f, counter)) for a in s]
     groups: dict[tuple[str, str], list[Access]] = defaultdict(list)
     for a in stretch:
@@ -222,14 +224,18 @@ def _unrolled(f: Function, graph: Graph, loop: Loop, before: dict[int, list[str]
     at = graph.blocks[outside[0]].terminator.line
     changed = False
     for group in groups.values():
-        changed |= _rewrite_loop(group, loop.trips, at, before, dropped, fresh)
+        changed |= _rewrite_loop(group, loop.trips, start, at, before, dropped, fresh)
     return changed
 
 
-def _rewrite_loop(group: list[Access], trips: int, at: int, before: dict[int, list[str]],
-                  dropped: set[int], fresh: Callable[[], str]) -> bool:
-    """One base's accesses over all `trips` iterations, merged and reported before line
-    `at`; whether that took fewer accesses."""
+def _rewrite_loop(group: list[Access], trips: int, start: str, at: int,
+                  before: dict[int, list[str]], dropped: set[int],
+                  fresh: Callable[[], str]) -> bool:
+    """One base's accesses over all `trips` iterations of a counter from `start`, merged
+    and reported before line `at`; whether that took fewer accesses."""
+    strides = {a.stride for a in group}
+    if start != "0" and len(strides) > 1:
+        return False  # offsets from the counter's start and from the base do not mix
     align = min(min(a.align, a.stride & -a.stride) if a.stride else a.align for a in group)
     ranges = sorted((a.offset + k * a.stride, a.size) for a in group for k in range(trips))
     first_offset = ranges[0][0]
@@ -239,20 +245,25 @@ def _rewrite_loop(group: list[Access], trips: int, at: int, before: dict[int, li
         return chunks(start, end, min(align, apart & -apart) if apart else align)
 
     wide: list[tuple[int, int]] = []
-    start, end = ranges[0][0], ranges[0][0] + ranges[0][1]
+    low, high = ranges[0][0], ranges[0][0] + ranges[0][1]
     for offset, size in ranges[1:]:
-        if offset > end:
-            wide += run(start, end)
-            start, end = offset, offset + size
-        end = max(end, offset + size)
-    wide += run(start, end)
+        if offset > high:
+            wide += run(low, high)
+            low, high = offset, offset + size
+        high = max(high, offset + size)
+    wide += run(low, high)
     if len(wide) >= trips * len(group):
         return False
     first = min(group, key=lambda a: a.line)
     dbg = f", !dbg !{first.dbg}" if first.dbg is not None else ""
+    base = first.base
+    if start != "0":  # the counter's first value moves the base
+        skip, base = fresh(), fresh()
+        before[at].append(f"{skip} = mul i64 {start}, {strides.pop()}")
+        before[at].append(f"{base} = getelementptr i8, ptr {first.base}, i64 {skip}")
     for offset, size in wide:
         pointer = fresh()
-        before[at].append(f"{pointer} = getelementptr i8, ptr {first.base}, i64 {offset}")
+        before[at].append(f"{pointer} = getelementptr i8, ptr {base}, i64 {offset}")
         before[at].append(f"call void @{HOOKS[first.kind]}(ptr {pointer}, i32 {size}){dbg}")
     dropped.update(a.line for a in group)
     return True
