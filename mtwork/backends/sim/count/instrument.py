@@ -337,7 +337,7 @@ def _declarations(module: Module) -> list[str]:
     """The profile hooks, and the coverage callbacks the copies call that the module does
     not declare yet."""
     out = ["declare void @mtw_profile_block(i32)", "declare void @mtw_profile_branch(i32, i32)",
-           *(f"declare void @{hook}(ptr, i32)" for hook in HOOKS.values())]
+           *(f"declare void @{hook}(ptr, i32, i32)" for hook in HOOKS.values())]
     declared = "\n".join(line for line in module.lines if line.startswith("declare "))
     for kind in ("load", "store"):
         for n in _TRACE_SIZES:

@@ -14,7 +14,10 @@ Within a basic block and between two calls that may touch memory, the accesses o
 kind whose addresses are a base value plus a constant are grouped by base; each run of
 adjacent or overlapping ones is reissued as accesses of up to four elements, an element
 being the run's known alignment (from the IR's `align`, at most 4 bytes). A run is only
-rewritten when that takes fewer accesses than it had. Every lane runs the same code, so
+rewritten when that takes fewer accesses than it had. The run's accesses are reported to
+the runtime together (up to 128 bytes a call, with the instructions they stand for), so
+the L1 term counts each granule the lanes touch with them once, as the hardware
+coalesces the accesses a SIMD-group issues together. Every lane runs the same code, so
 every lane's accesses merge alike and the runtime still lines them up by code address.
 
 The emulator's build keeps loops rolled (compile/compiler.py); Apple's compiler unrolls
@@ -46,6 +49,10 @@ COMPONENTS = 4  # components one load or store instruction moves
 WIDEST_ELEMENT = 4  # bytes: 32-bit components
 HOOKS = {"load": "mtw_profile_load", "store": "mtw_profile_store"}
 UNROLLED_TRIPS = 16  # the longest loop taken as unrolled
+# A thread's adjacent wide accesses are reported together up to this many bytes: Philip
+# Turner measured 8, 16 and 32 bytes a thread at the same time per byte, "128B starts to
+# take longer" (philipturner/metal-experiment-1).
+REPORTED_BYTES = 128
 
 
 @dataclass(frozen=True)
@@ -150,6 +157,20 @@ def chunks(start: int, end: int, align: int) -> list[tuple[int, int]]:
         size = min(COMPONENTS * element, end - at)
         out.append((at, size))
         at += size
+    return out
+
+
+def reports(wide: list[tuple[int, int]]) -> list[tuple[int, int, int]]:
+    """(offset, bytes, instructions) of the calls that report `wide`'s accesses: adjacent
+    ones together, up to `REPORTED_BYTES` a call, so the L1 sees the granules a
+    SIMD-group's lanes touch with the instructions it issues together once."""
+    out: list[tuple[int, int, int]] = []
+    for offset, size in wide:
+        if out and out[-1][0] + out[-1][1] == offset and out[-1][1] + size <= REPORTED_BYTES:
+            at, total, pieces = out[-1]
+            out[-1] = (at, total + size, pieces + 1)
+        else:
+            out.append((offset, size, 1))
     return out
 
 
@@ -261,10 +282,11 @@ def _rewrite_loop(group: list[Access], trips: int, start: str, at: int,
         skip, base = fresh(), fresh()
         before[at].append(f"{skip} = mul i64 {start}, {strides.pop()}")
         before[at].append(f"{base} = getelementptr i8, ptr {first.base}, i64 {skip}")
-    for offset, size in wide:
+    for offset, size, pieces in reports(wide):
         pointer = fresh()
         before[at].append(f"{pointer} = getelementptr i8, ptr {base}, i64 {offset}")
-        before[at].append(f"call void @{HOOKS[first.kind]}(ptr {pointer}, i32 {size}){dbg}")
+        before[at].append(f"call void @{HOOKS[first.kind]}(ptr {pointer}, i32 {size}, "
+                          f"i32 {pieces}){dbg}")
     dropped.update(a.line for a in group)
     return True
 
@@ -279,8 +301,9 @@ def _rewrite(run: list[Access], before: dict[int, list[str]], dropped: set[int],
     first = min(run, key=lambda a: a.line)
     dbg = f", !dbg !{first.dbg}" if first.dbg is not None else ""
     lines = before[first.line]
-    for offset, size in wide:
+    for offset, size, pieces in reports(wide):
         at = fresh()
         lines.append(f"{at} = getelementptr i8, ptr {first.base}, i64 {offset}")
-        lines.append(f"call void @{HOOKS[first.kind]}(ptr {at}, i32 {size}){dbg}")
+        lines.append(f"call void @{HOOKS[first.kind]}(ptr {at}, i32 {size}, i32 {pieces})"
+                     f"{dbg}")
     dropped.update(a.line for a in run)
