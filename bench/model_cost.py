@@ -4,11 +4,12 @@ without it (`gpu=False`), side by side in interleaved rounds whose starting side
 Two sweeps a user waits for: the gated-delta notebook's WY sweep (chunk x rows at its
 timed prefill, 3 rounds a setting) and a tiled GEMM over tile sizes and outputs per thread
 (256^3, 3 rounds a setting). Each round's sweeps get inputs of their own (a seed per
-round), so the model counts every setting afresh (counters are kept by argument values:
-a repeated configuration is never counted twice, which would make the model free); the
-compile cache is warm after the first, untimed round. The kernels run as a user runs them
-(in the worker process, `$MTWORK_SIM_ENGINE` as set). Printed: each side's median time,
-then with/without per round (median [min, max]); the target is at most 1.5.
+round, new to each run), so the model counts every setting afresh (counters are kept by
+argument values, in the process and the cache folder: a repeated configuration is never
+counted twice, which would make the model free); the compile cache is warm after the
+first, untimed round. The kernels run as a user runs them (in the worker process,
+`$MTWORK_SIM_ENGINE` as set). Printed: each side's median time, then with/without per
+round (median [min, max]); the target is at most 1.5.
 
     python bench/model_cost.py [--rounds 3] [--only wy gemm]
 """
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import secrets
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -95,7 +97,10 @@ SWEEPS: dict[str, tuple[str, Callable[[int, Any], Any]]] = {
 
 def measure(sweep: Callable[[int, Any], Any], rounds: int) -> tuple[dict[str, list[float]],
                                                                    int]:
-    seeds = iter(range(1000, 1000 + 2 * (rounds + 1)))
+    # Seeds new to this run: counters are kept in the cache folder too, so seeds an
+    # earlier run used would find their settings counted already and make the model free.
+    base = secrets.randbits(31)
+    seeds = iter(range(base, base + 2 * (rounds + 1)))
     settings = []
 
     def side(gpu: Any) -> Callable[[], None]:

@@ -14,7 +14,6 @@ from typing import Any, Protocol
 import mlx.core as mx
 import numpy as np
 
-from . import graph
 from .backends import chosen, hold
 from .backends import compile as compile_program
 from .backends import run as run_program
@@ -35,7 +34,14 @@ from .dispatch import (
 )
 from .gpu.counters import Counters
 from .library_arguments import describe, threadgroup_sizes
-from .library_operation import check_kept, traced_call, weakly
+from .library_operation import (
+    check_kept,
+    is_operation,
+    operation_outputs,
+    stream_of,
+    traced_call,
+    weakly,
+)
 from .limits import MAX_BUFFER_INDEX, MAX_THREADS_PER_THREADGROUP
 from .msl.constants import function_constant_macros
 from .msl.signature import FunctionConstant, KernelParam, KernelSignature
@@ -232,9 +238,11 @@ class Kernel:
         isolate: bool | None = None,
         profile: bool = False,
         keep_arrays: bool = False,
+        stream: Any = None,
     ) -> Dispatch:
         """The dispatch record of a call (see `__call__`), every argument checked;
         `keep_arrays`: ``mx.array`` buffers are bound as they are (see `values.bind`)."""
+        stream = stream_of(self.name, stream)
         if (threadgroups is None) == (grid is None):
             raise TypeError("give either threadgroups= (dispatchThreadgroups: a count of "
                             "threadgroups) or grid= (dispatchThreads: a count of threads)")
@@ -263,7 +271,7 @@ class Kernel:
         call = Dispatch(bound, shape, options(sanitize=sanitize, timeout=timeout,
                                               isolate=isolate, profile=profile),
                         threadgroup_sizes(self.name, self.signature.threadgroup_params,
-                                          threadgroup_memory))
+                                          threadgroup_memory), stream=stream)
         check_memory(call, f"`{self.name}`'s new_buffer arguments")
         return call
 
@@ -280,6 +288,7 @@ class Kernel:
         sanitize: bool | str | None = None,
         isolate: bool | None = None,
         profile: bool = False,
+        stream: Any = None,
     ) -> Outputs:
         """Dispatches the kernel and returns its writable buffers.
 
@@ -293,19 +302,20 @@ class Kernel:
         True or "warn" runs on sim with every access checked (see mtwork.sanitizer).
         `isolate`: sim runs kernels in a worker process (False: in this one). `profile`:
         True runs on sim and counts what the call does to an Apple GPU
-        (`last_counters`; see mtwork.profile).
+        (`last_counters`; see mtwork.profile). `stream`: as ``mx.fast.metal_kernel``'s;
+        a call given one is an operation of MLX's graph on it (`mtwork.library_operation`:
+        its outputs are computed when MLX evaluates them, ``mx.async_eval`` included).
         """
-        traced = traced_call(buffers)
+        lazy = is_operation(buffers, stream)
         call = self.dispatch(buffers=buffers, threadgroup_memory=threadgroup_memory,
                              threadgroups=threadgroups, grid=grid,
                              threads_per_threadgroup=threads_per_threadgroup,
                              timeout=timeout, sanitize=sanitize, isolate=isolate,
-                             profile=profile, keep_arrays=traced)
+                             profile=profile, keep_arrays=lazy, stream=stream)
         name = backend_for(call.options, backend or self.library.backend)
-        if traced:
-            name = chosen(name, call.options)
-            compile_program(self.program, backend=name, options=call.options)
-            written = graph.operation(self.program, call, name, weakly(self._finish))
+        if lazy:
+            written = operation_outputs(self.program, call, chosen(name, call.options),
+                                        weakly(self._finish), traced=traced_call(buffers))
         else:
             try:
                 done = run_program(self.program, call, backend=name)

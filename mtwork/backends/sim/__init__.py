@@ -47,6 +47,7 @@ from .report import findings, profiling
 from .run import abi, runtime
 from .run.isolation import Isolated, isolate_by_default
 from .run.memory import Memory
+from .run.shared import SharedBlock, SharedHeap, heap
 
 __all__ = ["SimBackend"]
 
@@ -178,6 +179,30 @@ class SimBackend:
         finally:
             with contextlib.suppress(Exception):  # the profiled build reports the error
                 beside.result()
+
+    def output_memory(self, call: Dispatch, sizes: list[int]) -> list[SharedBlock | None]:
+        """Memory for the outputs of an operation of MLX's graph that the call writes
+        without a copy: blocks of the memory shared with the worker for an isolated call
+        (None, MLX's own memory, for one in this process, for empty outputs, and where
+        the system has no shared memory to give: the output is then copied)."""
+        isolate = call.options.isolate
+        if isolate is None:
+            isolate = isolate_by_default()
+        if not isolate:
+            return [None] * len(sizes)
+        shared, lent = heap(), []
+        for n in sizes:
+            try:
+                lent.append(shared.allocate(n) if n else None)
+            except OSError:
+                lent.append(None)
+        return lent
+
+    @property
+    def shared_memory(self) -> SharedHeap:
+        """The memory shared with the worker: its bytes in use (arrays, running calls),
+        at the most so far, kept for reuse, and the limit of what is kept."""
+        return heap()
 
     def idle(self) -> None:
         """No kernel is left: the worker ends after `IDLE_SECONDS` unless one is used."""

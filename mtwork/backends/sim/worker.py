@@ -1,13 +1,15 @@
-"""The emulator's worker process: runs kernels on the arena it shares with mtwork.
+"""The emulator's worker process: runs kernels on the memory it shares with mtwork.
 
 Started by `run.isolation.Isolated`, which runs `main(FD)` in a new interpreter, where FD
 is its end of a Unix socket. Each request names a kernel (its `Program`, sent once, then
-a token) and a plan (the dispatch's geometry and options and where every buffer sits in
-the arena, sent once, then an id), and the ids mtwork no longer uses; the reply is the
-buffers written, the sanitizer's report, the threadgroup memory used, the engine that ran
-it and the profiler's counters, or the exception the dispatch raised. Guard pages around
-the buffers are inaccessible while a plan's calls run, so a write past a buffer's end
-faults at once. $MTWORK_WORKER_PROFILE names a file for the worker's cProfile statistics
+a token) and a plan (the dispatch's geometry and options, where every buffer sits in the
+shared segments, what to open and zero; sent once, then an id), the ids mtwork no longer
+uses, the segments whose file descriptors come with it and the segments mtwork unmapped;
+the reply is the buffers written, the sanitizer's report, the threadgroup memory used, the
+engine that ran it and the profiler's counters, or the exception the dispatch raised.
+Only the blocks a dispatch uses are accessible while it runs (`run.arena.WorkerMemory`),
+so a write past a buffer's end, or into memory of another array, faults at once.
+$MTWORK_WORKER_PROFILE names a file for the worker's cProfile statistics
 (`bench/isolation_profile.py`).
 """
 
@@ -25,30 +27,37 @@ import numpy as np
 from ...dispatch import Bound, Dispatch, Fresh, Geometry, Options, Program
 from ...errors import KernelFault
 from . import SimBackend
-from .run.arena import Arena, Placement
+from .run.arena import Placement, Range, WorkerMemory
 from .run.channel import ChannelClosed, receive, send
 
-Plan = tuple[Geometry, Options, float, tuple[tuple[int, int], ...], tuple[int, ...],
-             tuple[tuple[int, Placement, tuple], ...]]
+Plan = tuple[Geometry, Options, float, tuple[tuple[int, int], ...], frozenset[Range],
+             tuple[Range, ...], tuple[tuple[int, Placement, tuple], ...]]
 
 
 class _Worker:
     """The kernels and plans mtwork has sent, and what each plan's calls reuse: its
-    `Dispatch` over views of the arena as it is mapped now."""
+    `Dispatch` over views of the shared memory."""
 
     def __init__(self) -> None:
         self.backend = SimBackend()
-        self.arena = Arena()
+        self.memory = WorkerMemory()
         self.programs: dict[int, Program] = {}
         self.plans: dict[int, Plan] = {}
         self.calls: dict[int, tuple[Dispatch, dict[int, np.ndarray]]] = {}
 
-    def attach(self, fd: int) -> None:
-        self.calls.clear()  # their views are of the old mapping
-        self.arena.attach(fd)
+    def segments(self, new: tuple[int, ...], fds: list[int], gone: tuple[int, ...]) -> None:
+        """Maps the segments whose descriptors came (`new`), unmaps those mtwork let go."""
+        if len(fds) != len(new):
+            raise RuntimeError(f"expected {len(new)} shared segments, got {len(fds)}")
+        if gone:
+            self.calls.clear()  # views of an unmapped segment must go first
+            for segment in gone:
+                self.memory.detach(segment)
+        for segment, fd in zip(new, fds):
+            self.memory.attach(segment, fd)
 
     def run(self, request: tuple) -> tuple:
-        token, program, plan_id, plan, forget = request
+        token, program, plan_id, plan, forget, _new, _gone = request
         for old in forget:
             self.programs.pop(old, None)
             self.plans.pop(old, None)
@@ -58,7 +67,8 @@ class _Worker:
         if plan is not None:
             self.plans[plan_id] = plan
         call, views = self.calls.get(plan_id) or self._prepare(plan_id)
-        self.arena.guard(self.plans[plan_id][4])
+        _, _, _, _, opened, zeroed, _ = self.plans[plan_id]
+        self.memory.open(opened, zeroed)
         done = self.backend.dispatch_here(self.programs[token], call,
                                           place=lambda i, _fresh: views[i])
         engine = done.engine
@@ -67,11 +77,11 @@ class _Worker:
                 done.counters)
 
     def _prepare(self, plan_id: int) -> tuple[Dispatch, dict[int, np.ndarray]]:
-        geometry, options, timeout, threadgroup_memory, _, placed = self.plans[plan_id]
+        geometry, options, timeout, threadgroup_memory, _, _, placed = self.plans[plan_id]
         views: dict[int, np.ndarray] = {}
         buffers: dict[int, Bound | Fresh] = {}
         for index, placement, spec in placed:
-            views[index] = placement.view(self.arena.map)  # type: ignore[arg-type]
+            views[index] = self.memory.view(placement)
             if spec[0] == "fresh":
                 buffers[index] = spec[1]
             else:
@@ -104,9 +114,8 @@ def main(fd: int) -> None:
             request, fds = receive(sock)
         except ChannelClosed:
             return
-        if fds:
-            worker.attach(fds[0])
         try:
+            worker.segments(request[5], fds, request[6])
             send(sock, ("ok", worker.run(request)))
         except Exception as exc:  # noqa: BLE001 - every failure goes back to mtwork
             _reply_error(sock, exc)

@@ -4,12 +4,15 @@ down: a crash, heap corruption, `exit()`, `abort()` or a hang ends the worker, b
 
 The worker (`worker.py`) is a new interpreter that imports it (never a fork or a spawn
 that re-runs the caller's script) in its own session (so a terminal's Ctrl-C reaches
-mtwork, which then ends the worker at once). Buffers travel through a shared `Arena`:
-mtwork copies the inputs in and the written buffers out; messages are small pickles over
-a Unix socket (`channel.py`). A kernel's description is sent once and named by a token
-afterwards; so is a call's plan (its geometry, options and where each buffer sits in the
-arena), so that a repeated call sends a few integers and the worker reuses what it built
-for the plan. Compiling happens here, in mtwork's process: no kernel code runs in it.
+mtwork, which then ends the worker at once). Buffers are shared memory (`shared.py`):
+memory that already is (an earlier kernel's output, the MLX output the call writes) is
+used where it is; other inputs are copied into staging blocks and the written ones out
+(`placement.py`); messages are small pickles over a Unix socket (`channel.py`), each
+segment's file descriptor sent with the first message that uses it. A kernel's
+description is sent once and named by a token afterwards; so is a call's plan (its
+geometry, options and where each buffer sits), so that a repeated call sends a few
+integers and the worker reuses what it built for the plan. Compiling happens here, in
+mtwork's process: no kernel code runs in it.
 
 The worker's lifecycle is kept here rather than in an executor library: a call's round
 trip over this socket is about 30 µs, over loky's reusable executor about 380 µs, and a
@@ -20,9 +23,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import ctypes
 import itertools
-import math
 import os
 import select
 import signal
@@ -33,22 +34,16 @@ import threading
 import weakref
 from collections import OrderedDict
 from collections.abc import Callable
-from dataclasses import dataclass
-from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-import mlx.core as mx
-import numpy as np
-
-from ....buffers import byte_span, numpy_view, to_mx
 from ....cachedir import cache_dir
-from ....dispatch import BodyForm, Bound, Completion, Dispatch, Engine, Fresh, Program
-from ....dtypes import storage_numpy_dtype
+from ....dispatch import BodyForm, Completion, Dispatch, Engine, Program
 from ....errors import KernelCancelled, KernelFault, KernelTimeout
 from . import runtime
-from .arena import Arena, Placement, layout
 from .channel import PLANS_KEPT, PROGRAMS_KEPT, ChannelClosed, receive, send
+from .placement import Placed, place
+from .shared import SharedHeap, heap
 
 __all__ = ["Isolated", "isolate_by_default"]
 
@@ -67,57 +62,6 @@ def isolate_by_default() -> bool:
         return True
     raise ValueError(f"MTWORK_ISOLATE must be 1 (isolated, the default) or 0 (in-process), "
                      f"got {os.environ['MTWORK_ISOLATE']!r}")
-
-
-# How the kernel sees a buffer's bytes: (nbytes spanned, offset of element 0 in them,
-# shape, byte strides, numpy dtype).
-Span = tuple[int, int, tuple[int, ...], tuple[int, ...], str]
-
-
-def _source(buf: Bound) -> tuple[np.ndarray, int, Span]:
-    """The view whose bytes to copy for a bound buffer (kept alive while they are copied),
-    the address they start at, and how the kernel sees them."""
-    view = numpy_view(buf.array)
-    if buf.contiguous or view.ndim == 0:
-        view = np.ascontiguousarray(view)
-    if view.flags.c_contiguous:  # its bytes start at element 0
-        return view, view.ctypes.data, (view.nbytes, 0, view.shape, view.strides,
-                                        view.dtype.str)
-    lo, hi = byte_span(view)
-    return view, lo, (hi - lo, view.ctypes.data - lo, view.shape, view.strides,
-                      view.dtype.str)
-
-
-def _owners(indices: list[int], spans: dict[int, Span],
-            addresses: dict[int, int]) -> tuple[int, ...]:
-    """For each buffer, the buffer whose arena memory it uses: itself, or the first bound
-    buffer over the very same memory (one buffer bound at several indices is one buffer
-    in the arena too, as one MTLBuffer is)."""
-    first: dict[tuple[int, int], int] = {}
-    owners = []
-    for index in indices:
-        nbytes = spans[index][0]
-        if index in addresses and nbytes:  # the source spans the caller's very bytes
-            owners.append(first.setdefault((addresses[index], nbytes), index))
-        else:
-            owners.append(index)
-    return tuple(owners)
-
-
-@lru_cache(maxsize=1024)
-def _fresh_span(shape: tuple[int, ...], dtype: mx.Dtype) -> Span:
-    dt = np.dtype(storage_numpy_dtype(dtype))
-    return math.prod(shape) * dt.itemsize, 0, shape, _c_strides(shape, dt.itemsize), dt.str
-
-
-@dataclass(frozen=True)
-class _Plan:
-    """Where a call's buffers sit in the arena (by buffer index), how big the arena must
-    be, and the plan as the worker is sent it."""
-
-    placements: dict[int, Placement]
-    size: int
-    message: tuple
 
 
 class _Kept:
@@ -159,8 +103,7 @@ class Isolated:
         self._lock = threading.Lock()
         self._proc: subprocess.Popen | None = None
         self._sock: socket.socket | None = None
-        self._arena = Arena()
-        self._arena_sent = False
+        self._sent: set[int] = set()  # the segments the worker has mapped
         self._programs = _Kept(programs_kept)
         self._plans = _Kept(plans_kept)
         self._ids = itertools.count()
@@ -196,7 +139,7 @@ class Isolated:
             stdin=subprocess.DEVNULL)
         child.close()
         self._sock = parent
-        self._arena_sent = False
+        self._sent.clear()
         self._programs.clear()
         self._plans.clear()
 
@@ -228,11 +171,11 @@ class Isolated:
             proc.kill()
 
     def close(self) -> None:
-        """Ends the worker (given a second to end by itself) and frees the arena."""
+        """Ends the worker (given a second to end by itself). The shared memory stays:
+        arrays may still use it (a next worker maps it again)."""
         self._cancel_idle()
         with self._lock:
             self._stop(grace=1.0)
-            self._arena.close()
 
     def close_when_idle(self, seconds: float) -> None:
         """Ends the worker in `seconds` unless a dispatch comes first (a process whose
@@ -265,16 +208,18 @@ class Isolated:
         with self._lock:
             self._cancelled = False
             self._ensure_started()
-            request, placements = self._request(program, call, timeout)
-            fds = [] if self._arena_sent else [self._arena.fd]
+            shared = heap()  # this process's (a forked child has its own)
+            request, placed, fds = self._request(program, call, timeout, shared)
             try:
                 send(self._sock, request, fds)  # type: ignore[arg-type]
-                self._arena_sent = True
+                self._sent |= placed.segments
                 reply = self._wait(program, timeout)
             except KeyboardInterrupt:
+                placed.release()
                 self._stop()
                 raise
             except (ChannelClosed, OSError):
+                placed.release()
                 status = self._stop()
                 # The next call's worker, importing while the caller looks (if it cannot
                 # start now, the next call says why).
@@ -283,50 +228,41 @@ class Isolated:
                 if self._cancelled:
                     raise KernelCancelled(program.label, "stopped before it ended") from None
                 raise KernelFault(program.label, _death(status)) from None
-            return self._completion(reply, placements, call,
+            except BaseException:
+                placed.release()
+                raise
+            return self._completion(reply, placed, call, shared,
                                     as_mx=isinstance(program.form, BodyForm))
 
-    def _request(self, program: Program, call: Dispatch, timeout: float
-                 ) -> tuple[tuple, dict[int, Placement]]:
-        """The message for the worker, with every buffer placed in the arena (copied in
-        for bound ones), and where each buffer is, to copy the written ones back. A call
-        like an earlier one (same geometry, options, buffer shapes and aliasing) reuses
-        its plan."""
-        indices = sorted(call.buffers)
-        sources: dict[int, tuple[np.ndarray, int]] = {}
-        spans: dict[int, Span] = {}
-        shapes = []
-        for index in indices:
-            buf = call.buffers[index]
-            if isinstance(buf, Fresh):
-                spans[index] = _fresh_span(tuple(buf.shape), buf.dtype)
-                shapes.append(buf)
-            else:
-                view, address, spans[index] = _source(buf)
-                sources[index] = view, address
-                shapes.append((spans[index], buf.dtype, buf.writable))
-        owners = _owners(indices, spans, {i: a for i, (_, a) in sources.items()})
-        # The plan does not depend on the kernel: calls of several kernels share it.
-        key = (call.geometry, call.options, timeout,
-               tuple(sorted(call.threadgroup_memory.items())), tuple(indices), tuple(shapes),
-               owners)
-        kept_plan = self._plans.get(key)
-        plan = (kept_plan[1] if kept_plan is not None
-                else _plan(call, indices, spans, owners, timeout))
-        if self._arena.grow(plan.size):
-            self._arena_sent = False
-        for index, owner in zip(indices, owners):
-            if index in sources and owner == index:
-                p = plan.placements[index]
-                ctypes.memmove(self._arena.address(p.start), sources[index][1], p.nbytes)
-        # Nothing may fail between naming what the worker is sent and sending it.
-        forget: list[int] = []
-        token, new_program = self._programs.use(program, self._programs.get(program), None,
-                                                self._ids.__next__, forget)
-        plan_id, new_plan = self._plans.use(key, kept_plan, plan, self._ids.__next__, forget)
+    def _request(self, program: Program, call: Dispatch, timeout: float, shared: SharedHeap
+                 ) -> tuple[tuple, Placed, list[int]]:
+        """The message for the worker, with every buffer placed in shared memory
+        (`placement.place`), and the file descriptors of the segments the worker has not
+        mapped yet. A call like an earlier one (same geometry, options, buffers and
+        placements) reuses its plan."""
+        placed = place(shared, call)
+        try:
+            new = sorted(placed.segments - self._sent)
+            fds = [shared.segment(s).mapping.fd for s in new]
+            # The plan does not depend on the kernel: calls of several kernels share it.
+            plan = (call.geometry, call.options, timeout,
+                    tuple(sorted(call.threadgroup_memory.items())), placed.opened,
+                    placed.zeroed, placed.worker_buffers(call))
+            kept_plan = self._plans.get(plan)
+            # Nothing may fail between naming what the worker is sent and sending it.
+            forget: list[int] = []
+            token, new_program = self._programs.use(program, self._programs.get(program),
+                                                    None, self._ids.__next__, forget)
+            plan_id, new_plan = self._plans.use(plan, kept_plan, None, self._ids.__next__,
+                                                forget)
+        except BaseException:
+            placed.release()
+            raise
+        gone = shared.take_forgotten()
+        self._sent -= set(gone)
         request = (token, program if new_program else None, plan_id,
-                   plan.message if new_plan else None, tuple(forget))
-        return request, plan.placements
+                   plan if new_plan else None, tuple(forget), tuple(new), tuple(gone))
+        return request, placed, fds
 
     def _wait(self, program: Program, limit: float) -> Any:
         grace = min(max(limit, _GRACE_BOUNDS[0]), _GRACE_BOUNDS[1])
@@ -339,31 +275,16 @@ class Isolated:
         reply, _ = receive(self._sock)  # type: ignore[arg-type]
         return reply
 
-    def _completion(self, reply: Any, placements: dict[int, Placement], call: Dispatch,
+    def _completion(self, reply: Any, placed: Placed, call: Dispatch, shared: SharedHeap,
                     as_mx: bool) -> Completion:
-        """The written buffers copied out of the arena: into the caller's writable numpy
-        arrays, or the memory `call.into` gives, else into new arrays (``mx.array`` ones
-        when `as_mx`: a body-form kernel returns those, and one copy is cheaper than
-        two)."""
+        """The written buffers, copied out of staging blocks where they were staged
+        (`Placed.finish`)."""
         kind, value = reply
         if kind == "error":
+            placed.release()
             raise value
         written, report, used, engine, why, counters = value
-        buffers = {}
-        for index in written:
-            arena_view = placements[index].view(self._arena.map)  # type: ignore[arg-type]
-            buf = call.buffers[index]
-            if isinstance(buf, Bound) and isinstance(buf.array, np.ndarray) and buf.writable:
-                np.copyto(buf.array, arena_view)
-                buffers[index] = buf.array
-            elif index in call.into:  # an output of MLX's graph: one copy, into it
-                np.copyto(call.into[index], arena_view)
-                buffers[index] = call.into[index]
-            elif as_mx and isinstance(buf, Fresh):
-                buffers[index] = to_mx(arena_view, buf.dtype)
-            else:
-                buffers[index] = np.array(arena_view)
-            del arena_view
+        buffers = placed.finish(shared, written, call, as_mx)
         return Completion(buffers, report, used, Engine(engine, why), counters)
 
 
@@ -377,37 +298,6 @@ def _close_if_alive(ref: weakref.ref[Isolated]) -> None:
     isolated = ref()
     if isolated is not None:
         isolated.close()
-
-
-def _plan(call: Dispatch, indices: list[int], spans: dict[int, Span], owners: tuple[int, ...],
-          timeout: float) -> _Plan:
-    """Where each buffer of `call` goes in the arena, and the plan the worker is sent."""
-    placed = sorted(set(owners))
-    starts, guards, size = layout(tuple(spans[i][0] for i in placed))
-    start_of = dict(zip(placed, starts))
-    placements = {i: Placement(start_of[owner], *spans[i]) for i, owner in zip(indices, owners)}
-    # Sanitized, every access is checked before it happens (an out-of-bounds read is
-    # reported, then goes on): guard pages would turn those reads into faults.
-    message = (call.geometry, call.options, timeout,
-               tuple(sorted(call.threadgroup_memory.items())),
-               () if call.options.sanitize else guards,
-               tuple((i, placements[i], _spec(call.buffers[i])) for i in indices))
-    return _Plan(placements, size, message)
-
-
-def _c_strides(shape: tuple[int, ...], itemsize: int) -> tuple[int, ...]:
-    strides, step = [], itemsize
-    for n in reversed(shape):
-        strides.append(step)
-        step *= max(n, 1)
-    return tuple(reversed(strides))
-
-
-def _spec(buf: Bound | Fresh) -> tuple:
-    """What the worker needs to rebuild a buffer besides its bytes."""
-    if isinstance(buf, Fresh):
-        return ("fresh", buf)
-    return ("bound", buf.dtype, buf.writable)
 
 
 def _death(status: int | None) -> str:
