@@ -122,6 +122,18 @@ def test_a_short_loops_loads_merge_over_its_iterations():
     assert (load.loads, load.load_bytes) == (2 * (N // 32), 32 * N)
 
 
+def test_a_loop_over_a_moved_base_of_bfloats_merges():
+    # the counter plus a value the loop does not change, over bfloat elements (a struct
+    # in the shim): eight bfloats a thread at 2-byte alignment, two 8-byte loads
+    x = mx.arange(8 * N, dtype=mx.float32).astype(mx.bfloat16)
+    body = ("uint i = thread_position_in_grid.x; float s = 0; "
+            "for (ulong k = 0; k < 8; ++k) s += float(in0[8 * ulong(i) + k]); out[i] = s;")
+    outputs, c = profiled("bf16loop", body, [x])
+    want = np.array(x.astype(mx.float32)).reshape(N, 8).sum(axis=1)
+    assert np.allclose(np.array(outputs[0]), want, rtol=1e-2)
+    assert buffer(c, "in0").loads == 2 * (N // 32)
+
+
 def test_loads_with_a_gap_or_a_store_between_are_not_merged():
     # in0[4i] and in0[4i + 2] are not adjacent; the store between in0[4i+2] and
     # in0[4i+3] may alias them: three loads per thread.

@@ -369,7 +369,7 @@ def instrument(text: str, *, shim_dir: str, place: Place) -> tuple[str, Table]:
         counter = _Counter(module, roles, f)
         work = counter.count()
         counted.append((f, counter))
-        wide, merged_away = merged(f, fresh)
+        wide, merged_away = merged(f, fresh, module.bytes_of)
         for line, inserted in wide.items():
             before[line] += inserted
         dropped |= merged_away

@@ -39,7 +39,7 @@ from .llvm_ir import Block, Function, Instruction
 
 _CALLBACK = re.compile(r"__sanitizer_cov_(load|store)(\d+)$")
 _POINTER = re.compile(r"\(ptr (%[-\w.$]+)\)")
-_GEP = re.compile(r"getelementptr (?:inbounds )?(?:nuw )?(?:nusw )?(\w+), ptr (%[-\w.$]+), "
+_GEP = re.compile(r"getelementptr (?:inbounds )?(?:nuw )?(?:nusw )?(%?[\w.$]+), ptr (%[-\w.$]+), "
                   r"i(?:32|64) (-?\d+|%[-\w.$]+)$")
 _ALIGN = re.compile(r", align (\d+)")
 _ACCESS = re.compile(r"(?:load [^,]+|store [^,]+, [^,]+), ptr (%[-\w.$]+)")
@@ -67,22 +67,69 @@ class Access:
     stride: int = 0  # bytes the address advances per iteration of the loop it is in
 
 
-def _offsets(f: Function, counter: str | None = None) -> dict[str, tuple[str, int, int]]:
-    """Each pointer a `getelementptr` by a constant (or by the loop's `counter`) makes:
-    (its base, byte offset, bytes per iteration of the counter)."""
+def _offsets(f: Function, sizes: Callable[[str], float], counter: str | None = None
+             ) -> dict[str, tuple[str, int, int]]:
+    """Each pointer a `getelementptr` by a constant (or by the loop's `counter`, or the
+    counter plus a value) makes: (its base, byte offset, bytes per iteration of the
+    counter). A base moved by a value is written `base@value*bytes` (`_base_lines`)."""
+    shifted = _shifted(f, counter) if counter else {}
     out: dict[str, tuple[str, int, int]] = {}
     for block in f.blocks:
         for ins in block.instructions:
             m = _GEP.search(ins.text) if ins.opcode == "getelementptr" else None
-            if not (m and ins.result and m.group(1) in _SCALAR_BYTES):
+            size = _element_bytes(m.group(1), sizes) if m and ins.result else 0
+            if not size:
                 continue
             base, offset, stride = out.get(m.group(2), (m.group(2), 0, 0))
-            size = _SCALAR_BYTES[m.group(1)]
-            if m.group(3) == counter:
-                out[ins.result] = (base, offset, stride + size)
-            elif m.group(3).lstrip("-").isdigit():
-                out[ins.result] = (base, offset + int(m.group(3)) * size, stride)
+            index = m.group(3)
+            if index == counter or (index in shifted and "@" not in base):
+                if index != counter:
+                    base = f"{base}@{shifted[index]}*{size}"
+                out[ins.result or ""] = (base, offset, stride + size)
+            elif index.lstrip("-").isdigit():
+                out[ins.result or ""] = (base, offset + int(index) * size, stride)
     return out
+
+
+def _element_bytes(type_text: str, sizes: Callable[[str], float]) -> int:
+    """Bytes of a `getelementptr`'s element type (0: not a whole number of bytes)."""
+    if type_text in _SCALAR_BYTES:
+        return _SCALAR_BYTES[type_text]
+    try:
+        size = sizes(type_text)
+    except (KeyError, ValueError):
+        return 0
+    return int(size) if size >= 1 and size == int(size) else 0
+
+
+def _shifted(f: Function, counter: str) -> dict[str, str]:
+    """Values that are the counter plus another value: {sum: the other}."""
+    out = {}
+    for block in f.blocks:
+        for ins in block.instructions:
+            if ins.opcode != "add" or not ins.result:
+                continue
+            m = re.fullmatch(r"(?:nuw )?(?:nsw )?i64 (%[-\w.$]+), (%[-\w.$]+)", ins.operands)
+            if m and counter in m.groups() and m.group(1) != m.group(2):
+                out[ins.result] = m.group(2) if m.group(1) == counter else m.group(1)
+    return out
+
+
+def _base_lines(base: str, fresh: Callable[[], str]) -> tuple[str, list[str]]:
+    """The pointer a base stands for, and the lines that make it (a moved base)."""
+    if "@" not in base:
+        return base, []
+    root, moved = base.split("@")
+    value, size = moved.split("*")
+    skip, pointer = fresh(), fresh()
+    return pointer, [f"{skip} = mul i64 {value}, {size}",
+                     f"{pointer} = getelementptr i8, ptr {root}, i64 {skip}"]
+
+
+def _invariant(base: str, graph: Graph, loop: Loop) -> bool:
+    """Whether the values a base is made of are defined outside the loop."""
+    names = [base.split("@")[0], *([base.split("@")[1].split("*")[0]] if "@" in base else [])]
+    return all(graph.defined.get(n) not in loop.blocks for n in names)
 
 
 def _alignment(block: Block, start: int, pointer: str, size: int) -> int:
@@ -174,15 +221,16 @@ def reports(wide: list[tuple[int, int]]) -> list[tuple[int, int, int]]:
     return out
 
 
-def merged(f: Function, fresh: Callable[[], str]) -> tuple[dict[int, list[str]], set[int]]:
+def merged(f: Function, fresh: Callable[[], str], sizes: Callable[[str], float]
+           ) -> tuple[dict[int, list[str]], set[int]]:
     """Lines to insert (before each line index) and callback lines to drop, so `f`'s
     accesses are reported as wide ones."""
     before: dict[int, list[str]] = defaultdict(list)
     dropped: set[int] = set()
     graph = Graph(f)
     unrolled = {loop.header for loop in _innermost(graph.loops)
-                if _unrolled(f, graph, loop, before, dropped, fresh)}
-    offsets = _offsets(f)
+                if _unrolled(f, graph, loop, sizes, (before, dropped, fresh))}
+    offsets = _offsets(f, sizes)
     for block in f.blocks:
         if block.label in unrolled:
             continue
@@ -221,8 +269,11 @@ def _counter(header: Block, preheader: str) -> tuple[str, str] | None:
     return None
 
 
-def _unrolled(f: Function, graph: Graph, loop: Loop, before: dict[int, list[str]],
-              dropped: set[int], fresh: Callable[[], str]) -> bool:
+Edits = tuple[dict[int, list[str]], set[int], Callable[[], str]]  # before, dropped, fresh
+
+
+def _unrolled(f: Function, graph: Graph, loop: Loop, sizes: Callable[[str], float],
+              edits: Edits) -> bool:
     """Rewrites the accesses of a one-block loop Apple's compiler unrolls as the wide
     accesses of all its iterations, in the block before it; whether it did."""
     header = graph.blocks[loop.header]
@@ -237,15 +288,15 @@ def _unrolled(f: Function, graph: Graph, loop: Loop, before: dict[int, list[str]
     if found is None:
         return False
     counter, start = found
-    stretch = [a for s in _stretches(header, _offsets(f, counter)) for a in s]
+    stretch = [a for s in _stretches(header, _offsets(f, sizes, counter)) for a in s]
     groups: dict[tuple[str, str], list[Access]] = defaultdict(list)
     for a in stretch:
-        if graph.defined.get(a.base) not in loop.blocks:
+        if _invariant(a.base, graph, loop):
             groups[(a.kind, a.base)].append(a)
     at = graph.blocks[outside[0]].terminator.line
     changed = False
     for group in groups.values():
-        changed |= _rewrite_loop(group, loop.trips, start, at, before, dropped, fresh)
+        changed |= _rewrite_loop(group, loop.trips, start, at, *edits)
     return changed
 
 
@@ -277,11 +328,12 @@ def _rewrite_loop(group: list[Access], trips: int, start: str, at: int,
         return False
     first = min(group, key=lambda a: a.line)
     dbg = f", !dbg !{first.dbg}" if first.dbg is not None else ""
-    base = first.base
+    base, lines = _base_lines(first.base, fresh)
+    before[at] += lines
     if start != "0":  # the counter's first value moves the base
-        skip, base = fresh(), fresh()
+        skip, moved, base = fresh(), base, fresh()
         before[at].append(f"{skip} = mul i64 {start}, {strides.pop()}")
-        before[at].append(f"{base} = getelementptr i8, ptr {first.base}, i64 {skip}")
+        before[at].append(f"{base} = getelementptr i8, ptr {moved}, i64 {skip}")
     for offset, size, pieces in reports(wide):
         pointer = fresh()
         before[at].append(f"{pointer} = getelementptr i8, ptr {base}, i64 {offset}")
