@@ -313,10 +313,27 @@ def test_occupancy_is_limited_by_threads_memory_registers_or_grid() -> None:
         "threadgroup memory", 2)
     regs = replace(alu_counters(), registers=100)
     assert occupancy(regs, chip).limited_by == "registers"
-    assert occupancy(regs, chip).simdgroups_per_core == 2 * 8  # 208 KiB / (256 × 400 B)
+    assert occupancy(regs, chip).simdgroups_per_core == 3 * 8  # 98,304 / (32 × 100): 30
     few = alu_counters(threadgroups=40)
     assert (occupancy(few, chip).limited_by, occupancy(few, chip).threadgroups_per_core) == (
         "grid", 2)
+
+
+# Philip Turner's table of registers against occupancy on the M1 GPU (DTolm/VkFFT issue
+# #91): (32-bit registers a thread, threadgroup size, SIMD-groups resident per core).
+PUBLISHED_OCCUPANCY = [(32, 1024, 96), (36, 896, 84), (40, 768, 72), (48, 1024, 64),
+                       (52, 896, 56), (56, 832, 52), (64, 768, 48), (68, 704, 44),
+                       (76, 640, 40), (84, 576, 36), (96, 512, 32), (108, 448, 28),
+                       (128, 384, 24)]
+
+
+@pytest.mark.parametrize(("registers", "threads", "simdgroups"), PUBLISHED_OCCUPANCY)
+def test_occupancy_by_registers_is_the_published_table(registers: int, threads: int,
+                                                       simdgroups: int) -> None:
+    counters = Counters("k", 4096, threads, registers=registers)
+    resident = occupancy(counters, gpu("M1 Max"))
+    assert resident.registers == registers  # each row's threadgroup fits its registers
+    assert resident.simdgroups_per_core == simdgroups
 
 
 def test_dispatches_metal_could_not_launch_are_refused() -> None:

@@ -284,7 +284,9 @@ def occupancy(counters: Counters, chip: Chip,
                                         // counters.threadgroup_memory)
     registers = registers_used(counters, chip)
     if registers:
-        limits["registers"] = chip.register_file_per_core // (lanes * registers * 4)
+        # The SIMD-groups a core keeps are set by all of their registers together
+        # (`registers_per_core`), in whole threadgroups.
+        limits["registers"] = chip.registers_per_core // (SIMD_WIDTH * registers) // simds
     per_dispatch = math.ceil(counters.threadgroups / counters.dispatches)
     limits["grid"] = math.ceil(per_dispatch / chip.gpu_cores)
     limited_by = min(limits, key=lambda k: limits[k])
