@@ -513,3 +513,27 @@ def test_bad_profile_arguments_are_refused():
         kernel(**call, profile=True, sanitize=True)
     with pytest.raises(TypeError, match="mtwork.Launch"):
         mtwork.profile(kernel)
+
+
+# --- registers ----------------------------------------------------------------------------
+
+
+def test_the_register_estimate_counts_the_values_a_thread_keeps_live():
+    # No per-kernel register counts are published for Apple's compiler; the estimate is
+    # held to what a thread must keep: a copy needs a handful, a thread that holds 32
+    # loaded floats until a reverse pass uses them needs at least 32 (and is not charged
+    # for much more than it holds).
+    v = (np.arange(N * 32) % 5 * 0.25).reshape(N, 32)
+    x = mx.array(v.reshape(-1).astype(np.float32))
+    _, copy = profiled("copy", "uint i = thread_position_in_grid.x; out[i] = in0[i];", [x])
+    held = ("uint i = thread_position_in_grid.x; float v[32];"
+            "for (int k = 0; k < 32; ++k) v[k] = in0[i * 32 + k];"
+            "float s = 0.0f; for (int k = 31; k >= 0; --k) s = s * v[k] + 1.0f;"
+            "out[i] = s;")
+    outputs, holding = profiled("hold32", held, [x])
+    assert copy.registers <= 12
+    assert 32 <= holding.registers <= 56
+    expected = np.zeros(N)
+    for k in range(31, -1, -1):
+        expected = expected * v[:, k] + 1.0
+    np.testing.assert_allclose(np.array(outputs[0]), expected, rtol=1e-4)
