@@ -170,12 +170,14 @@ class MetalKernel:
 
     def compile(self, inputs: Sequence[Any], output_dtypes: Sequence[mx.Dtype],
                 template: Any = None, *, backend: str | None = None,
-                sanitize: bool | str | None = None) -> None:
+                sanitize: bool | str | None = None, profile: bool = False) -> None:
         """Compiles the kernel for these inputs now, where the backend compiles ahead of
-        a call (sim); a `CompileError` quotes the author's lines."""
-        program = self.program(self.generate(inputs, output_dtypes, template), template)
+        a call (sim; its profiled build with `profile`); a `CompileError` quotes the
+        author's lines."""
+        arrays = [dtypes.as_mx_array(x) for x in inputs]  # as a call generates it
+        program = self.program(self.generate(arrays, output_dtypes, template), template)
         compile_program(program, backend=backend or self.backend,
-                         options=options(sanitize=sanitize))
+                         options=options(sanitize=sanitize, profile=profile))
 
     def __call__(
         self,
@@ -360,10 +362,13 @@ class Launch:
         """How many lines the defines add above the header."""
         return len(self.defines or {})
 
-    def compile(self, *inputs: Any, backend: str | None = None) -> None:
-        """Compiles the kernel for these inputs (or the launch's own) ahead of a call."""
+    def compile(self, *inputs: Any, backend: str | None = None, profile: bool = False
+                ) -> None:
+        """Compiles the kernel for these inputs (or the launch's own) ahead of a call: its
+        profiled build with `profile`."""
         arrays = list(inputs) if inputs else list(self.inputs or [])
-        self.defined_kernel.compile(arrays, self.output_dtypes, self.template, backend=backend)
+        self.defined_kernel.compile(arrays, self.output_dtypes, self.template, backend=backend,
+                                    profile=profile)
 
     @property
     def sanitizer_report(self) -> SanitizerReport | None:

@@ -340,12 +340,13 @@ class Kernel:
         if done.counters is not None:
             self.last_counters = done.counters
 
-    def compile(self, *, backend: str | None = None, sanitize: bool | str | None = None
-                ) -> Kernel:
-        """Compiles the kernel now where the backend compiles ahead of a call (sim; a
-        `CompileError` quotes the author's files and lines). Returns the kernel."""
+    def compile(self, *, backend: str | None = None, sanitize: bool | str | None = None,
+                profile: bool = False) -> Kernel:
+        """Compiles the kernel now where the backend compiles ahead of a call (sim; its
+        profiled build with `profile`; a `CompileError` quotes the author's files and
+        lines). Returns the kernel."""
         compile_program(self.program, backend=backend or self.library.backend,
-                         options=options(sanitize=sanitize))
+                         options=options(sanitize=sanitize, profile=profile))
         return self
 
     def launch(self, **call: Any) -> LibraryLaunch:
@@ -378,9 +379,11 @@ class LibraryLaunch:
         """This launch with another kernel (an edited one) in it."""
         return dataclasses.replace(self, kernel=kernel)
 
-    def compile(self, *inputs: Any, backend: str | None = None) -> None:
-        """Compiles the kernel ahead of a call (full-source kernels take no inputs here)."""
-        self.kernel.compile(backend=backend)
+    def compile(self, *inputs: Any, backend: str | None = None, profile: bool = False
+                ) -> None:
+        """Compiles the kernel ahead of a call (full-source kernels take no inputs here):
+        its profiled build with `profile`."""
+        self.kernel.compile(backend=backend, profile=profile)
 
     @property
     def sanitizer_report(self) -> SanitizerReport | None:

@@ -134,20 +134,25 @@ def test_sweep_records_ok_wrong_compile_error_and_fault() -> None:
     assert SIM_LABEL in result._repr_html_()
 
 
-def test_interrupted_sweep_keeps_its_results_and_resumes(tmp_path) -> None:
+def test_interrupted_sweep_keeps_its_results_and_resumes(tmp_path, monkeypatch) -> None:
+    from mtwork.run import Runner
+
     cache = tmp_path / "block_sum.jsonl"
     built = []
+    ran = []
+    real_run = Runner.run
 
-    def interrupted_on_third(config):
-        built.append(dict(config))
-        if len(built) == 3:
+    def interrupted_on_third(self, launch, config):
+        ran.append(dict(config))
+        if len(ran) == 3:
             raise KeyboardInterrupt
-        return build(config)
+        return real_run(self, launch, config)
 
     kwargs = dict(inputs=[X], oracle=block_sums, cache=cache, key="block_sum v1", rounds=2,
                   progress=False)
-    with pytest.raises(SweepInterrupted) as caught:
-        sweep(interrupted_on_third, SAFE_SPACE, **kwargs)
+    with monkeypatch.context() as patched, pytest.raises(SweepInterrupted) as caught:
+        patched.setattr(Runner, "run", interrupted_on_third)
+        sweep(build, SAFE_SPACE, **kwargs)
     assert isinstance(caught.value, KeyboardInterrupt)
     assert [r.status for r in caught.value.result.records] == ["ok", "ok"]
     assert caught.value.result.stopped == "interrupted"

@@ -151,16 +151,21 @@ def test_entries_of_an_older_cache_format_are_run_again(tmp_path) -> None:
     assert [r.cached for r in again.records] == [False, True]
 
 
-def test_an_interrupted_sweep_keeps_the_model_of_what_finished(tmp_path) -> None:
-    cache = tmp_path / "cut.jsonl"
+def test_an_interrupted_sweep_keeps_the_model_of_what_finished(tmp_path, monkeypatch
+                                                               ) -> None:
+    from mtwork.run import Runner
 
-    def interrupted_on_second(config):
+    cache = tmp_path / "cut.jsonl"
+    real_run = Runner.run
+
+    def interrupted_on_second(self, launch, config):
         if config["tile"] == 16:
             raise KeyboardInterrupt
-        return transpose(config)
+        return real_run(self, launch, config)
 
+    monkeypatch.setattr(Runner, "run", interrupted_on_second)
     with pytest.raises(SweepInterrupted) as caught:
-        sweep(interrupted_on_second, {"tile": [0, 16]}, cache=cache, key="t3", **KW)
+        sweep(transpose, {"tile": [0, 16]}, cache=cache, key="t3", **KW)
     (kept,) = caught.value.result.records
     assert kept.estimate is not None and kept.bound is not None
     (entry,) = [json.loads(line) for line in cache.read_text().splitlines()]
@@ -323,3 +328,35 @@ def test_each_passing_setting_is_profiled_once_and_a_cached_one_not_again(monkey
     again = sweep(transpose, space, cache=cache, key="t4", **KW)
     assert profiled == [] and [r.modelled for r in again.records] == [
         r.modelled for r in first.records]
+
+
+def test_every_setting_compiles_plain_and_profiled_before_any_runs(monkeypatch) -> None:
+    from mtwork.backends.sim import SimBackend
+
+    events = []
+    compile_, dispatch = SimBackend.compile, SimBackend.dispatch
+
+    def compiling(self, program, *, sanitize=False, profile=False):
+        if not any(e[0] == "run" for e in events):
+            events.append(("compile", program.label, profile))
+        return compile_(self, program, sanitize=sanitize, profile=profile)
+
+    def running(self, program, call):
+        events.append(("run", program.label, call.options.profile))
+        return dispatch(self, program, call)
+
+    monkeypatch.setattr(SimBackend, "compile", compiling)
+    monkeypatch.setattr(SimBackend, "dispatch", running)
+    space = {"tile": [0, 8, 16]}
+    ahead = sweep(transpose, space, **KW)
+    before = {(label, profile) for kind, label, profile in events if kind == "compile"}
+    assert before == {(label, profile) for label in ("transpose_naive", "transpose_tiled")
+                      for profile in (False, True)}
+    # the same records as settings built one by one (compile-error skipping builds none
+    # ahead): the same outcomes and counts, so the same modelled times
+    events.clear()
+    alone = sweep(transpose, space, skip_compile_errors=True, **KW)
+    kinds = [kind for kind, _, _ in events]
+    assert kinds.count("compile") <= 2 < len(kinds)  # the first setting's builds only
+    assert [(r.status, r.modelled) for r in ahead.records] == [
+        (r.status, r.modelled) for r in alone.records]

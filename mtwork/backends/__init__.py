@@ -47,7 +47,8 @@ class Backend(Protocol):
 
     def unavailable_reason(self) -> str | None: ...
 
-    def compile(self, program: Program, *, sanitize: bool = False) -> object: ...
+    def compile(self, program: Program, *, sanitize: bool = False,
+                profile: bool = False) -> object: ...
 
     def dispatch(self, program: Program, call: Dispatch) -> Completion: ...
 
@@ -199,9 +200,11 @@ def output_memory(name: str, call: Dispatch, sizes: list[int]) -> list[OutputMem
 
 def compile(program: Program, *, backend: str | None = None,
             options: Options | None = None) -> None:
-    """Compiles `program` ahead of its first dispatch (where the backend compiles)."""
+    """Compiles `program` ahead of its first dispatch (where the backend compiles): its
+    profiled build with `options.profile`."""
     options = options or Options()
-    _chosen(backend, options).compile(program, sanitize=options.sanitize is not None)
+    _chosen(backend, options).compile(program, sanitize=options.sanitize is not None,
+                                      profile=options.profile)
 
 
 def cancel(backend: str | None = None) -> None:

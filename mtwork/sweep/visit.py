@@ -20,6 +20,7 @@ from typing import Any
 from ..errors import KernelCancelled, SweepError, UnknownParameterError
 from ..run import Runner, outcome_of
 from ..timing import Measurement
+from .ahead import NOT_BUILT, build_ahead
 from .cache import CacheFile
 from .results import Record, SweepInterrupted, SweepResult
 from .skipping import CompileErrorClasses
@@ -43,18 +44,19 @@ class Job:
     metrics: Mapping[str, Callable[[Config, Measurement], float]]
     skips: CompileErrorClasses | None = None
 
-    def __call__(self, config: Config, key: str) -> Record:
+    def __call__(self, config: Config, key: str, built: Any = NOT_BUILT) -> Record:
         reason = self.skips.reason(config) if self.skips is not None else None
         if reason is not None:
             return Record(config=config, status="skipped", message=reason, key=key)
-        record = self._run(config, key)
+        record = self._run(config, key, built)
         if self.skips is not None and record.status == "compile_error" and record.message:
             self.skips.add(config, record.message)
         return record
 
-    def _run(self, config: Config, key: str) -> Record:
+    def _run(self, config: Config, key: str, built: Any) -> Record:
         try:
-            built = self.build(config)
+            if built is NOT_BUILT:
+                built = self.build(config)
         except UnknownParameterError as exc:
             raise named(exc, "build(config)") from None
         except Exception as exc:  # noqa: BLE001 - a failed build is this config's outcome
@@ -137,12 +139,18 @@ def _one_by_one(plan: Sequence[Config], keys: Sequence[str], todo: Sequence[int]
                 cache_file: CacheFile | None, result: SweepResult, bar: Any,
                 time_budget: float | None) -> None:
     started = time.perf_counter()
-    for i in todo:
+    # Settings built ahead: not where compile errors skip settings or time may run out.
+    ahead = job.skips is None and time_budget is None
+    if ahead:
+        bar.set_description("sweep: compiling")
+    built = (build_ahead([plan[i] for i in todo], job.build, job.runner) if ahead
+             else [NOT_BUILT] * len(todo))
+    for i, prebuilt in zip(todo, built):
         if _over(started, time_budget):
             result.stopped = "time budget"
             return
         bar.set_description(f"sweep {plan[i]}")
-        record = job(plan[i], keys[i])
+        record = job(plan[i], keys[i], prebuilt)
         if cache_file is not None and record.status != "skipped":
             cache_file.append(record)
         _arrived(result, record, bar)

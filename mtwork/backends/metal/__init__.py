@@ -109,7 +109,8 @@ class MetalBackend:
         return ("no Metal device: MLX reports mx.metal.is_available() == False "
                 "(not an Apple GPU)")
 
-    def compile(self, program: Program, *, sanitize: bool = False) -> None:
+    def compile(self, program: Program, *, sanitize: bool = False,
+                profile: bool = False) -> None:
         """MLX compiles a kernel at its first dispatch: nothing to do ahead of it."""
 
     def cancel(self) -> None:

@@ -26,7 +26,7 @@ import contextlib
 import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -104,6 +104,7 @@ class SimBackend:
         # The same, by program: a cached call skips writing its translation unit.
         self._by_program: dict[tuple[Program, str], Compiled] = {}
         self._lock = threading.Lock()
+        self._building: dict[tuple[str, str, str], threading.Lock] = {}
         self._blocking: set[Path] = set()  # libraries that blocked on the fast path
         self._isolated: Isolated | None = None
         self._engines = Engines()
@@ -132,19 +133,37 @@ class SimBackend:
         key = (tu.text, program.math_mode, variant + "+lockstep" * lockstep)
         with self._lock:
             hit = self._compiled.get(key)
+            building = self._building.setdefault(key, threading.Lock())
         if hit is not None:
             return hit
+        # One build of a translation unit at a time: threads compiling ahead and a call
+        # asking for the same one wait for it (two would publish the same folder twice).
+        with building:
+            with self._lock:
+                hit = self._compiled.get(key)
+            if hit is not None:
+                return hit
+            try:
+                compiled = self._build(program, tu, tree.include_dirs, sanitize, profile,
+                                       lockstep)
+            finally:
+                with self._lock:
+                    self._building.pop(key, None)
+            with self._lock:
+                self._compiled[key] = compiled
+                if len(self._by_program) > _PROGRAMS_KEPT:
+                    self._by_program.clear()
+                self._by_program[(program, variant)] = compiled
+        return compiled
+
+    @staticmethod
+    def _build(program: Program, tu: compiler.Translation, include_dirs: Sequence[Path],
+               sanitize: bool, profile: bool, lockstep: bool) -> Compiled:
         path = compiler.compile_kernel(tu, program.math_mode, program.label,
-                                       include_dirs=tree.include_dirs, sanitize=sanitize,
+                                       include_dirs=include_dirs, sanitize=sanitize,
                                        profile=profile, lockstep=lockstep)
         table = profiling.load_table(path) if profile else None
-        compiled = Compiled(runtime.load(path), tu, table, lockstep)
-        with self._lock:
-            self._compiled[key] = compiled
-            if len(self._by_program) > _PROGRAMS_KEPT:
-                self._by_program.clear()
-            self._by_program[(program, variant)] = compiled
-        return compiled
+        return Compiled(runtime.load(path), tu, table, lockstep)
 
     def dispatch(self, program: Program, call: Dispatch) -> Completion:
         """Runs `program` over `call`'s grid and returns the buffers it wrote: in the
