@@ -6,7 +6,8 @@ host code did, profiled on `sim` (on a slice of the work where the rest repeats 
 modelled on the chip the figures were published for. Prints each pair (published and
 modelled ratio, whether the direction is right, the ratio's error, the modelled times and
 bounds) and the summary against the targets, over all pairs and over the fit and
-held-out parts. Run:
+held-out parts; then the cross-validation of the model's one fitted parameter (fitted on
+each part, tried on the other: tests/validation/fit.py). Run:
 
     python bench/gpu_model_validation.py [--only TEXT] [--markdown]
 """
@@ -22,7 +23,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from mtwork.display import seconds_text  # noqa: E402
-from tests.validation import evaluate  # noqa: E402
+from mtwork.gpu import Assumptions  # noqa: E402
+from tests.validation import evaluate, fit  # noqa: E402
 from tests.validation.catalog import PAIRS  # noqa: E402
 from tests.validation.evaluate import Row  # noqa: E402
 
@@ -56,14 +58,16 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", default="", help="pairs whose name contains this text")
     args = parser.parse_args(argv)
-    rows = []
+    rows, pairs, sides = [], [], []
     print("| " + " | ".join(HEADER) + " |")
     print("|" + " --- |" * len(HEADER))
     for pair in PAIRS:
         if args.only.lower() not in pair.name.lower():
             continue
         start = time.perf_counter()
-        row = evaluate.model(pair)
+        pairs.append(pair)
+        sides.append(evaluate.dispatches(pair))
+        row = evaluate.model_dispatches(pair, sides[-1])
         rows.append(row)
         print("| " + " | ".join(cells(row)) + " |", flush=True)
         print(f"  ({time.perf_counter() - start:.0f} s)", file=sys.stderr)
@@ -74,6 +78,25 @@ def main(argv: list[str] | None = None) -> None:
             print(f"{title} ({len(chosen)}):")
             for line in evaluate.summary(chosen).lines():
                 print("  " + line)
+    cross_validation(pairs, sides)
+
+
+def cross_validation(pairs: list, sides: list) -> None:
+    """The fitted parameter chosen on each part and the other part's results with it."""
+    print(f"\ncross-validation of Assumptions.{fit.PARAMETER} (default "
+          f"{getattr(Assumptions(), fit.PARAMETER):g}):")
+    for on, held in (("fit", "held out"), ("held out", "fit")):
+        fitted = [i for i, p in enumerate(pairs) if p.part == on]
+        tried = [i for i, p in enumerate(pairs) if p.part == held]
+        if not fitted or not tried:
+            continue
+        f = fit.fit([pairs[i] for i in fitted], [sides[i] for i in fitted])
+        rows = fit.rows_with([pairs[i] for i in tried], [sides[i] for i in tried], f.value)
+        print(f"  fitted on the {on} part ({f.pairs} pairs): {f.value:g} (mean |log ratio "
+              f"error| {f.loss:.3f}); on the {held} part ({len(rows)} pairs, not fitted "
+              f"to) {fit.loss(rows):.3f}:")
+        for line in evaluate.summary(rows).lines():
+            print("    " + line)
 
 
 if __name__ == "__main__":

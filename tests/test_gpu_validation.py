@@ -114,3 +114,40 @@ def test_every_pair_models(pair: Pair) -> None:
     row = _available(lambda: evaluate.model(pair))
     assert row.before.seconds > 0 and row.after.seconds > 0
     assert math.isfinite(row.ratio_error)
+
+
+def test_the_parts_alternate_and_the_fit_picks_the_value_that_matches() -> None:
+    # Every family has pairs in both parts.
+    assert {p.part for p in PAIRS[0::2]} == {"fit"}
+    assert {p.part for p in PAIRS[1::2]} == {"held out"}
+    # A side whose loads hit the L2 against a streaming one: below about 1.6 times Little's
+    # law the cap makes the first latency-bound, above it the L1 bounds it, so a
+    # published ratio made at 1, 1.5 or 2 is fitted back to that candidate (2 ties with
+    # the larger ones; the first candidate of equal loss is kept).
+    from mtwork.gpu import BufferTraffic
+    from tests.validation import fit
+    from tests.validation.pairs import Published, Side
+
+    loads = 1_000_000
+    waiting = Counters("waiting", threadgroups=32 * 3, threads_per_threadgroup=256,
+                       load_issues=4, dependent_loads=1, buffers=[
+                           BufferTraffic("a", load_bytes=128 * loads, loads=loads,
+                                         transactions=loads, distinct_lines=1000)])
+    streaming = Counters("streaming", threadgroups=4096, threads_per_threadgroup=256,
+                         buffers=[BufferTraffic("a", load_bytes=1 << 26, loads=1 << 19,
+                                                transactions=1 << 19,
+                                                distinct_lines=1 << 19)])
+    sides = ([(waiting, 1)], [(streaming, 1)])
+
+    def pair(ratio: float) -> Pair:
+        return Pair("synthetic", "kernel", "M1 Max", Published("synthetic", "made", ratio),
+                    Side("a", "waiting", lambda: sides[0]),
+                    Side("b", "streaming", lambda: sides[1]), timed="gpu")
+
+    ratios = {value: fit.rows_with([pair(1.0)], [sides], value)[0].modelled
+              for value in (1.0, 1.5, 2.0)}
+    assert len(set(ratios.values())) == 3
+    for value, ratio in ratios.items():
+        assert fit.fit([pair(ratio)], [sides]).value == value
+    with pytest.raises(ValueError, match="at least one pair"):
+        fit.fit([], [])

@@ -69,6 +69,81 @@ def test_lanes_reading_one_word_count_its_bytes_once():
     assert load.distinct_lines == 1
 
 
+def test_adjacent_byte_loads_of_a_thread_are_issued_four_at_a_time():
+    # Six adjacent bytes a thread (alignment 1): one 4-byte and one 2-byte load, not six.
+    x = mx.zeros((2 * N,), dtype=mx.float32)
+    body = ("uint i = thread_position_in_grid.x; device const uchar* p = "
+            "(device const uchar*)in0 + 8 * i; out[i] = float(p[0]) + float(p[1]) + "
+            "float(p[2]) + float(p[3]) + float(p[4]) * float(p[5]);")
+    _, c = profiled("bytes6", body, [x])
+    load = buffer(c, "in0")
+    accesses = N // 32
+    assert (load.loads, load.load_bytes) == (2 * accesses, 6 * N)
+    # 32 lanes × 8 bytes apart: 256 bytes, 4 granules, which the two loads issued
+    # together touch once (the L1 coalesces what a SIMD-group issues together)
+    assert load.transactions == accesses * 256 // GRANULE
+
+
+def test_adjacent_aligned_loads_merge_up_to_four_32_bit_components():
+    # Eight adjacent floats a thread: two 16-byte loads (four 32-bit components each).
+    x = mx.arange(8 * N, dtype=mx.float32)
+    body = ("uint i = thread_position_in_grid.x; device const float* p = in0 + 8 * i; "
+            "out[i] = ((p[0] + p[1]) + (p[2] + p[3])) + ((p[4] + p[5]) + (p[6] + p[7]));")
+    outputs, c = profiled("floats8", body, [x])
+    assert np.allclose(np.array(outputs[0]), np.array(x).reshape(N, 8).sum(axis=1))
+    assert buffer(c, "in0").loads == 2 * (N // 32)
+
+
+def test_a_short_loops_loads_merge_over_its_iterations():
+    # Apple's compiler unrolls a loop of 16 iterations: 16 bytes and 16 floats a thread
+    # are four 4-byte loads and four 16-byte loads, not 32 loads.
+    x = mx.arange(16 * N, dtype=mx.float32)
+    body = ("uint i = thread_position_in_grid.x; device const uchar* p = "
+            "(device const uchar*)in0 + 16 * i; float s = 0; "
+            "for (int k = 0; k < 16; ++k) s += float(p[k] & 15) * in0[k]; out[i] = s;")
+    _, c = profiled("loop16", body, [x])
+    load = buffer(c, "in0")
+    assert load.loads == 8 * (N // 32)
+    # the bytes: 512 a SIMD-group (8 granules); the floats: 64 bytes all lanes share (1)
+    assert load.transactions == (512 // GRANULE + 1) * (N // 32)
+    # 64 iterations: not unrolled, one load of each a iteration
+    _, c = profiled("loop64", body.replace("16", "64"), [mx.arange(64 * N,
+                                                                    dtype=mx.float32)])
+    assert buffer(c, "in0").loads == 2 * 64 * (N // 32)
+    # an inner loop that starts where the outer one is: 4 floats at 4q, one 16-byte load
+    x = mx.arange(8 * N, dtype=mx.float32)
+    nested = ("uint i = thread_position_in_grid.x; device const float* p = in0 + 8 * i; "
+              "float s = 0; for (int q = 0; q < 2; ++q) { float t = 0; "
+              "for (int k = 4 * q; k < 4 * q + 4; ++k) t += p[k]; s += t * t; } out[i] = s;")
+    outputs, c = profiled("nested", nested, [x])
+    parts = np.array(x).reshape(N, 2, 4).sum(axis=2)
+    assert np.allclose(np.array(outputs[0]), (parts ** 2).sum(axis=1))
+    load = buffer(c, "in0")
+    assert (load.loads, load.load_bytes) == (2 * (N // 32), 32 * N)
+
+
+def test_a_loop_over_a_moved_base_of_bfloats_merges():
+    # the counter plus a value the loop does not change, over bfloat elements (a struct
+    # in the shim): eight bfloats a thread at 2-byte alignment, two 8-byte loads
+    x = mx.arange(8 * N, dtype=mx.float32).astype(mx.bfloat16)
+    body = ("uint i = thread_position_in_grid.x; float s = 0; "
+            "for (ulong k = 0; k < 8; ++k) s += float(in0[8 * ulong(i) + k]); out[i] = s;")
+    outputs, c = profiled("bf16loop", body, [x])
+    want = np.array(x.astype(mx.float32)).reshape(N, 8).sum(axis=1)
+    assert np.allclose(np.array(outputs[0]), want, rtol=1e-2)
+    assert buffer(c, "in0").loads == 2 * (N // 32)
+
+
+def test_loads_with_a_gap_or_a_store_between_are_not_merged():
+    # in0[4i] and in0[4i + 2] are not adjacent; the store between in0[4i+2] and
+    # in0[4i+3] may alias them: three loads per thread.
+    x = mx.arange(4 * N, dtype=mx.float32)
+    body = ("uint i = thread_position_in_grid.x; device const float* p = in0 + 4 * i; "
+            "float a = p[0] + p[2]; out[i] = a; out[i] = a * p[3];")
+    _, c = profiled("gapped", body, [x])
+    assert buffer(c, "in0").loads == 3 * (N // 32)
+
+
 def test_device_atomics_count_per_lane_and_not_as_loads():
     body = """atomic_fetch_add_explicit((device atomic_uint*)out + thread_position_in_grid.x % 4,
                                    1u, memory_order_relaxed);"""
@@ -76,6 +151,9 @@ def test_device_atomics_count_per_lane_and_not_as_loads():
                     init_value=0)
     out = buffer(c, "out")
     assert (out.atomics, out.loads, out.stores) == (N, 0, 0)
+    # the atomics' line reaches DRAM: the model's memory term sees it
+    assert out.distinct_lines == 1
+    assert c.distinct_bytes == c.line_bytes
 
 
 # --- threadgroup memory ---------------------------------------------------------------------
@@ -435,3 +513,27 @@ def test_bad_profile_arguments_are_refused():
         kernel(**call, profile=True, sanitize=True)
     with pytest.raises(TypeError, match="mtwork.Launch"):
         mtwork.profile(kernel)
+
+
+# --- registers ----------------------------------------------------------------------------
+
+
+def test_the_register_estimate_counts_the_values_a_thread_keeps_live():
+    # No per-kernel register counts are published for Apple's compiler; the estimate is
+    # held to what a thread must keep: a copy needs a handful, a thread that holds 32
+    # loaded floats until a reverse pass uses them needs at least 32 (and is not charged
+    # for much more than it holds).
+    v = (np.arange(N * 32) % 5 * 0.25).reshape(N, 32)
+    x = mx.array(v.reshape(-1).astype(np.float32))
+    _, copy = profiled("copy", "uint i = thread_position_in_grid.x; out[i] = in0[i];", [x])
+    held = ("uint i = thread_position_in_grid.x; float v[32];"
+            "for (int k = 0; k < 32; ++k) v[k] = in0[i * 32 + k];"
+            "float s = 0.0f; for (int k = 31; k >= 0; --k) s = s * v[k] + 1.0f;"
+            "out[i] = s;")
+    outputs, holding = profiled("hold32", held, [x])
+    assert copy.registers <= 12
+    assert 32 <= holding.registers <= 56
+    expected = np.zeros(N)
+    for k in range(31, -1, -1):
+        expected = expected * v[:, k] + 1.0
+    np.testing.assert_allclose(np.array(outputs[0]), expected, rtol=1e-4)

@@ -28,6 +28,8 @@ ROSENZWEIG = ("Alyssa Rosenzweig, 'Dissecting the Apple M1 GPU, part III' "
 CHIPS_AND_CHEESE = ("Chips and Cheese, 'iGPU Cache Setups Compared, Including M1' "
                     "(chipsandcheese.com/2022/05/21), figures as tabulated in "
                     "github.com/azhirnov/cpu-gpu-arch gpu/Apple-M1.md")
+VKFFT_OCCUPANCY = ("Philip Turner's table of 32-bit registers against occupancy on the M1 "
+                   "GPU (github.com/DTolm/VkFFT issue #91, comment of 2023-01-10)")
 BANKS = ("standard 32-bank model; gpu-forge research notes (github.com/kavanaghpatrick/"
          "gpu-forge, skills/msl-kernels/references/all-findings.md, findings 722-723) cite a "
          "microbenchmark study ('The mystery of Apple M3 on-chip shared memory') finding M1 "
@@ -50,7 +52,13 @@ _MICRO: dict[str, tuple[object, str, str]] = {
     "threadgroup_memory_per_core": (60 * KIB, "On-Chip Memory table, Apple 7, 8: 'Shared "
                                               "Memory ~60 KB' per core", MB),
     "register_file_per_core": (208 * KIB, "On-Chip Memory table, Apple 7, 8: 'Register "
-                                          "File ~208 KB' per core", MB),
+                                          "File ~208 KB' per core; what one threadgroup's "
+                                          "threads can hold (128 registers × 384 threads "
+                                          "is 192 KiB)", MB),
+    "registers_per_core": (3072 * 32, "occupancy by registers, 13 rows from 32 registers "
+                                      "(96 SIMD-groups a core) to 128 (24): SIMD-groups "
+                                      "resident are at most 98,304 / (32 × registers), "
+                                      "rounded down to whole threadgroups", VKFFT_OCCUPANCY),
     "max_registers_per_thread": (128, "each thread can use up to 128 32-bit registers; "
                                       "more registers, fewer threads in flight",
                                  ROSENZWEIG),
@@ -74,7 +82,7 @@ _MICRO: dict[str, tuple[object, str, str]] = {
 # Published as approximate ("~") or not measured at all: estimates on every chip.
 _ALWAYS_ESTIMATED = {"threadgroup_memory_per_core", "register_file_per_core",
                      "threadgroup_banks", "bank_bytes", "bf16_arithmetic"}
-_MEASURED_ON_M1_ONLY = {"memory_latency_ns", "l2_latency_ns"}
+_MEASURED_ON_M1_ONLY = {"memory_latency_ns", "l2_latency_ns", "registers_per_core"}
 
 
 def _micro(family: str, chip_name: str) -> dict[str, tuple[object, Source]]:

@@ -45,6 +45,7 @@ class Chip:
     threadgroup_memory_per_threadgroup: int
     threadgroup_memory_per_core: int
     register_file_per_core: int
+    registers_per_core: int
     max_registers_per_thread: int
     l1_cache_bytes: int
     line_bytes: int

@@ -91,7 +91,7 @@ class BufferTraffic:
     loads: int = 0  # SIMD-group load instructions
     stores: int = 0  # SIMD-group store instructions
     transactions: int = 0  # lines touched per SIMD-group access, summed
-    distinct_lines: int = 0  # lines touched at least once in the dispatch
+    distinct_lines: int = 0  # lines touched at least once in the dispatch (atomics too)
     atomics: int = 0  # atomic operations (per lane)
 
 
@@ -164,10 +164,10 @@ class Counters:
                              "simd_issues")
         self._check_chains()
         for b in self.buffers:
-            if b.distinct_lines > b.transactions:
+            if b.distinct_lines > b.transactions + b.atomics:
                 raise ValueError(f"buffer `{b.buffer}`: distinct_lines={b.distinct_lines} > "
-                                 f"transactions={b.transactions}; every line touched is in "
-                                 "at least one transaction")
+                                 f"transactions={b.transactions} + atomics={b.atomics}; "
+                                 "every line touched is in a transaction or an atomic")
             if b.load_bytes + b.store_bytes > b.transactions * self.line_bytes:
                 raise ValueError(f"buffer `{b.buffer}`: {b.load_bytes + b.store_bytes} bytes "
                                  f"requested but only {b.transactions} transactions of "

@@ -19,7 +19,9 @@ work; the slowest names the bound, and the total is that plus the launch overhea
   issues before it needs one (`Counters.loads_in_flight`, measured from the compiled
   code; `Assumptions.loads_in_flight` when not measured), at DRAM latency for first
   touches and L2 latency for the rest, hidden only by the other SIMD-groups resident on
-  the core; plus the exposed latency of threadgroup barriers.
+  the core, and no more loads than the bytes a core keeps in flight allow (Little's
+  law at the chip's bandwidth and DRAM latency, times `Assumptions.memory_parallelism`,
+  fitted); plus the exposed latency of threadgroup barriers.
 * launch: a fixed cost per dispatch.
 
 Occupancy (threadgroups resident per core) is limited by threads, threadgroup memory and
@@ -101,6 +103,12 @@ class Assumptions:
     # command buffers. This latency (~10 microseconds)" (philipturner/metal-flash-attention
     # issue #18).
     sync_seconds: float = 10e-6
+    # Bytes one core's loads keep in flight at most, in multiples of its share of Little's
+    # law at full bandwidth (its share of DRAM bandwidth times DRAM latency: M1 Max, 400
+    # GB/s over 32 cores at 311 ns, Chips and Cheese, is 3.9 KB). At least 1, or a
+    # streaming copy could not reach the bandwidth it is measured at; the value is fitted
+    # on the validation set's fit part (tests/validation/fit.py).
+    memory_parallelism: float = 3.0
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -223,8 +231,9 @@ def estimate(counters: Counters, chip: Chip | str | None = None,
     tg = wavefronts * share / (a.wavefronts_per_core_cycle * hz)
 
     load_latency = _load_latency_ns(counters, chip) * 1e-9
-    memory_wait = (counters.device_loads * share
-                   / (occ.simdgroups_per_core * occ.loads_in_flight) * load_latency)
+    in_flight = min(occ.simdgroups_per_core * occ.loads_in_flight,
+                    _core_loads_in_flight(counters, chip, a))
+    memory_wait = counters.device_loads * share / in_flight * load_latency
     barrier_wait = (counters.threadgroup_barriers * share / occ.threadgroups_per_core
                     * a.barrier_cycles / hz)
     launch = counters.dispatches * a.launch_seconds
@@ -244,7 +253,8 @@ def estimate(counters: Counters, chip: Chip | str | None = None,
         Term("latency", memory_wait + barrier_wait,
              f"loads {seconds_text(memory_wait)} ({seconds_text(load_latency)} each, "
              f"{occ.loads_in_flight:.3g} in flight per SIMD-group, "
-             f"{'measured' if occ.loads_measured else 'assumed'}), barriers "
+             f"{'measured' if occ.loads_measured else 'assumed'}; {in_flight:.3g} per "
+             f"core), barriers "
              f"{seconds_text(barrier_wait)}"),
         Term("launch", launch, f"{counters.dispatches} × {seconds_text(a.launch_seconds)}"),
     )
@@ -274,7 +284,9 @@ def occupancy(counters: Counters, chip: Chip,
                                         // counters.threadgroup_memory)
     registers = registers_used(counters, chip)
     if registers:
-        limits["registers"] = chip.register_file_per_core // (lanes * registers * 4)
+        # The SIMD-groups a core keeps are set by all of their registers together
+        # (`registers_per_core`), in whole threadgroups.
+        limits["registers"] = chip.registers_per_core // (SIMD_WIDTH * registers) // simds
     per_dispatch = math.ceil(counters.threadgroups / counters.dispatches)
     limits["grid"] = math.ceil(per_dispatch / chip.gpu_cores)
     limited_by = min(limits, key=lambda k: limits[k])
@@ -325,6 +337,22 @@ def _check_fits(c: Counters, chip: Chip) -> None:
                          f"{chip.label} needs its {chip.line_bytes}-byte lines or a part of "
                          f"one that is a multiple of its L1's "
                          f"{chip.l1_bytes_per_core_cycle} B per cycle")
+
+
+def _core_loads_in_flight(c: Counters, chip: Chip, a: Assumptions) -> float:
+    """The SIMD-group loads one core keeps in flight at most: its share (among the cores
+    with work) of bandwidth × DRAM latency (Little's law) × `memory_parallelism`, over
+    the bytes a load moves (stores are not waited for)."""
+    loads = sum(b.loads for b in c.buffers)
+    if not loads:
+        return math.inf
+    # a buffer's transactions split between its loads and stores by their counts
+    per_access = sum(b.transactions * b.loads / (b.loads + b.stores)
+                     for b in c.buffers if b.loads) * c.line_bytes / loads
+    busy = min(chip.gpu_cores, math.ceil(c.threadgroups / c.dispatches))  # cores with work
+    in_flight = (chip.memory_bandwidth_gbs / busy * chip.memory_latency_ns
+                 * a.memory_parallelism)  # GB/s × ns = bytes
+    return max(1.0, in_flight / per_access)
 
 
 def _load_latency_ns(c: Counters, chip: Chip) -> float:

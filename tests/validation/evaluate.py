@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from mtwork.gpu import Assumptions, Sequence, estimate_sequence
 
-from .pairs import Pair
+from .pairs import Dispatches, Pair
 
 NEAR_ONE = 0.05  # a published ratio within 5% of 1 is "about 1"
 NEAR_ONE_MODELLED = 0.10  # ... and then the modelled one must be within 10% of 1
@@ -97,10 +97,20 @@ class Row:
 
 def model(pair: Pair, assumptions: Assumptions | None = None) -> Row:
     """`pair` modelled on its chip."""
-    sides = [estimate_sequence(side.dispatches(), pair.chip, assumptions,
-                               synchronous=pair.timed == "call")
-             for side in (pair.before, pair.after)]
-    return Row(pair, *sides)
+    return model_dispatches(pair, dispatches(pair), assumptions)
+
+
+def dispatches(pair: Pair) -> tuple[Dispatches, Dispatches]:
+    """The (counters, times run) of the pair's before and after sides."""
+    return pair.before.dispatches(), pair.after.dispatches()
+
+
+def model_dispatches(pair: Pair, sides: tuple[Dispatches, Dispatches],
+                     assumptions: Assumptions | None = None) -> Row:
+    """`pair` modelled on its chip from its sides' dispatches."""
+    return Row(pair, *(estimate_sequence(side, pair.chip, assumptions,
+                                         synchronous=pair.timed == "call")
+                       for side in sides))
 
 
 @dataclass(frozen=True)

@@ -44,6 +44,7 @@ from .ir_ops import (
 )
 from .llvm_ir import Frame, Function, Instruction, Module
 from .registers import register_estimate
+from .wide_access import HOOKS, merged
 
 __all__ = ["Table", "author_place", "instrument"]
 
@@ -335,7 +336,8 @@ def _split_args(text: str) -> list[str]:
 def _declarations(module: Module) -> list[str]:
     """The profile hooks, and the coverage callbacks the copies call that the module does
     not declare yet."""
-    out = ["declare void @mtw_profile_block(i32)", "declare void @mtw_profile_branch(i32, i32)"]
+    out = ["declare void @mtw_profile_block(i32)", "declare void @mtw_profile_branch(i32, i32)",
+           *(f"declare void @{hook}(ptr, i32, i32)" for hook in HOOKS.values())]
     declared = "\n".join(line for line in module.lines if line.startswith("declare "))
     for kind in ("load", "store"):
         for n in _TRACE_SIZES:
@@ -355,6 +357,7 @@ def instrument(text: str, *, shim_dir: str, place: Place) -> tuple[str, Table]:
     branches: list[tuple[str, int] | None] = []
     before: dict[int, list[str]] = defaultdict(list)
     counted: list[tuple[Function, _Counter]] = []
+    dropped: set[int] = set()
     names = iter(range(1 << 62))
 
     def fresh() -> str:
@@ -366,6 +369,10 @@ def instrument(text: str, *, shim_dir: str, place: Place) -> tuple[str, Table]:
         counter = _Counter(module, roles, f)
         work = counter.count()
         counted.append((f, counter))
+        wide, merged_away = merged(f, fresh, module.bytes_of)
+        for line, inserted in wide.items():
+            before[line] += inserted
+        dropped |= merged_away
         for block, w in zip(f.blocks, work):
             for ins in block.instructions:
                 if ins.opcode == "call":
@@ -382,5 +389,5 @@ def instrument(text: str, *, shim_dir: str, place: Place) -> tuple[str, Table]:
                     0, f"call void @mtw_profile_block(i32 {len(blocks)})")
                 blocks.append(w)
     registers = max((register_estimate(module, f, c.role) for f, c in counted), default=0)
-    return (module.with_lines(before, _declarations(module)),
+    return (module.with_lines(before, _declarations(module), dropped),
             Table(tuple(blocks), tuple(branches), registers))

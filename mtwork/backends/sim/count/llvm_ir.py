@@ -260,13 +260,15 @@ class Module:
 
     # --- writing ---------------------------------------------------------------------------
 
-    def with_lines(self, before: dict[int, list[str]], appended: list[str]) -> str:
-        """The module's text with `before[i]` inserted before line i, and `appended` at
-        the end."""
+    def with_lines(self, before: dict[int, list[str]], appended: list[str],
+                   dropped: set[int] | frozenset[int] = frozenset()) -> str:
+        """The module's text with `before[i]` inserted before line i, the lines in
+        `dropped` left out, and `appended` at the end."""
         out = []
         for index, raw in enumerate(self.lines):
             out.extend("  " + text for text in before.get(index, ()))
-            out.append(raw)
+            if index not in dropped:
+                out.append(raw)
         out.extend(appended)
         return "\n".join(out) + "\n"
 

@@ -21,14 +21,15 @@ inline void lockstep_access(Worker* w, const void* p, const void* pc) {
   if (at < kTgMemoryCapacity && !w->combining && !w->group.barrier_free) simd_step(w, pc);
 }
 
-inline void on_access(const void* p, uint32_t size, bool write, const void* pc) {
+inline void on_access(const void* p, uint32_t size, bool write, const void* pc,
+                      uint32_t pieces = 1) {
   // A thread's own stacks (its private arrays): no mode looks at them.
   if (in_fiber_stacks(reinterpret_cast<uintptr_t>(p))) return;
   Worker* w = calling_worker();
   if (!w || !w->in_kernel || !w->dispatch) return;
   if (w->dispatch->launch.lockstep) lockstep_access(w, p, pc);
   if (profiler_armed() && profiling(w)) {
-    profiler_access(w, p, size, write, pc);
+    profiler_access(w, p, size, write, pc, pieces);
     return;
   }
   sanitizer_access(p, size, write, pc);
@@ -54,4 +55,13 @@ extern "C" void __sanitizer_cov_load16(void* p) {
 }
 extern "C" void __sanitizer_cov_store16(void* p) {
   mtw::on_access(p, 16, true, __builtin_return_address(0));
+}
+// The profiler's wide accesses: a thread's adjacent accesses merged into the wide ones
+// Apple's compiler issues (count/wide_access.py): `size` bytes in `pieces` instructions
+// the SIMD-group issues together.
+extern "C" void mtw_profile_load(void* p, uint32_t size, uint32_t pieces) {
+  mtw::on_access(p, size, false, __builtin_return_address(0), pieces);
+}
+extern "C" void mtw_profile_store(void* p, uint32_t size, uint32_t pieces) {
+  mtw::on_access(p, size, true, __builtin_return_address(0), pieces);
 }

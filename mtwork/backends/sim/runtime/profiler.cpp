@@ -62,6 +62,7 @@ size_t layout(Shard& s, char* base) {
   s.touched = carve<uint32_t>(at, kMaxSites);
   s.site_pc = carve<uint64_t>(at, kMaxSites);
   s.site_branch = carve<uint32_t>(at, kMaxSites);
+  s.site_pieces = carve<uint8_t>(at, kMaxSites);
   s.site_slot = carve<uint32_t>(at, kSiteSlots);
   s.branch_site = carve<uint32_t>(at, c.branches);
   s.lanes = carve<uint64_t>(at, c.blocks);
@@ -80,6 +81,7 @@ uint32_t new_site(Shard& s, uint64_t pc, uint32_t branch) {
   }
   s.site_pc[s.sites] = pc;
   s.site_branch[s.sites] = branch;
+  s.site_pieces[s.sites] = 0;
   return s.sites++;
 }
 
@@ -269,7 +271,8 @@ void tally::release(bool keep) {
   shared.slot_totals = nullptr;
 }
 
-void profiler_access(Worker* w, const void* p, uint32_t size, bool write, const void* pc) {
+void profiler_access(Worker* w, const void* p, uint32_t size, bool write, const void* pc,
+                     uint32_t pieces) {
   if (w->atomic_depth) return;  // part of an atomic, counted as one
   Shard* s = shard_of(w);
   uint64_t offset;
@@ -288,7 +291,9 @@ void profiler_access(Worker* w, const void* p, uint32_t size, bool write, const 
     return;
   }
   uint32_t site = site_of(*s, reinterpret_cast<uint64_t>(pc));
-  if (site != kNoSite) record(*s, site, e.thread, packed(offset, e.size, e.where));
+  if (site == kNoSite) return;
+  if (pieces > 1) s->site_pieces[site] = uint8_t(pieces);
+  record(*s, site, e.thread, packed(offset, e.size, e.where));
 }
 
 }  // namespace mtw
@@ -333,6 +338,10 @@ extern "C" void mtw_profile_atomic(const volatile void* object, int inside) {
   uint8_t where = locate(w, reinterpret_cast<uintptr_t>(object), &offset);
   if (where == kNowhere) return;
   int32_t buffer = where == kThreadgroupMemory ? MTW_PROFILE_THREADGROUP : int32_t(where);
+  // A device atomic reads and writes its line where the GPU's caches meet DRAM: the line
+  // is traffic of the dispatch like a loaded one.
+  if (where != kThreadgroupMemory)
+    mark_lines(where, offset / shared.config.line_bytes, offset / shared.config.line_bytes);
   Total* t = total(*s, reinterpret_cast<uint64_t>(__builtin_return_address(0)), buffer,
                    MTW_ACCESS_ATOMIC);
   if (t) t->counts.accesses += 1;

@@ -31,6 +31,8 @@ inline Worker* calling_worker() {
 }
 
 // One load or store of `size` bytes at `p` by the thread running on `w`, made at `pc`.
-void profiler_access(Worker* w, const void* p, uint32_t size, bool write, const void* pc);
+// `pieces`: the instructions the access stands for (1 unless merged: count/wide_access.py).
+void profiler_access(Worker* w, const void* p, uint32_t size, bool write, const void* pc,
+                     uint32_t pieces = 1);
 
 }  // namespace mtw

@@ -44,13 +44,13 @@ Total* lookup_total(Shard& s, uint64_t pc, int32_t buffer, uint32_t kind) {
   return nullptr;
 }
 
-namespace {
-
 void mark_lines(uint32_t buffer, uint64_t first, uint64_t last) {
   uint64_t* bits = shared.line_bits[buffer];
   for (uint64_t line = first; line <= last; ++line)
     __atomic_fetch_or(&bits[line >> 6], uint64_t(1) << (line & 63), __ATOMIC_RELAXED);
 }
+
+namespace {
 
 // Records one merged byte range of a device access, when the profile asks for them (past
 // its room, only counted: the caller sees that the record is short).
@@ -64,7 +64,7 @@ void record_range(const Shard& s, uint64_t pc, uint8_t buffer, uint32_t kind,
 }
 
 // One SIMD-group access of device memory: the lanes' byte ranges, sorted by offset.
-void count_device(Shard& s, uint64_t pc, const Event* e, uint32_t n) {
+void count_device(Shard& s, uint64_t pc, const Event* e, uint32_t n, uint32_t pieces) {
   const uint64_t line_bytes = shared.config.line_bytes;
   uint8_t buffer = e[0].where & ~kStore;
   uint32_t kind = (e[0].where & kStore) ? MTW_ACCESS_STORE : MTW_ACCESS_LOAD;
@@ -94,7 +94,7 @@ void count_device(Shard& s, uint64_t pc, const Event* e, uint32_t n) {
   add(lo, hi);
   Total* t = total(s, pc, buffer, kind);
   if (!t) return;
-  t->counts.accesses += 1;
+  t->counts.accesses += pieces;
   t->counts.bytes += bytes;
   t->counts.lines += lines;
 }
@@ -105,7 +105,7 @@ void count_device(Shard& s, uint64_t pc, const Event* e, uint32_t n) {
 // by 16 bytes, steel/gemm/gemm.h, which only helps on banked memory). Lanes reading one word
 // share it; the access needs as many wavefronts as the most distinct words in one bank,
 // at least one per 32 words: the wavefronts beyond that are bank conflicts.
-void count_threadgroup(Shard& s, uint64_t pc, const Event* e, uint32_t n) {
+void count_threadgroup(Shard& s, uint64_t pc, const Event* e, uint32_t n, uint32_t pieces) {
   uint32_t in_bank[kBanks] = {};
   uint64_t words = 0, last_word = UINT64_MAX;
   auto add = [&](uint64_t lo, uint64_t hi) {
@@ -130,10 +130,12 @@ void count_threadgroup(Shard& s, uint64_t pc, const Event* e, uint32_t n) {
   uint32_t most = 0;
   for (uint32_t b = 0; b < kBanks; ++b) most = in_bank[b] > most ? in_bank[b] : most;
   uint64_t wavefronts = (words + kBanks - 1) / kBanks;
+  if (wavefronts < pieces) wavefronts = pieces;  // each instruction needs one
+  if (most < wavefronts) most = uint32_t(wavefronts);
   Total* t = total(s, pc, MTW_PROFILE_THREADGROUP,
                    (e[0].where & kStore) ? MTW_ACCESS_STORE : MTW_ACCESS_LOAD);
   if (!t) return;
-  t->counts.accesses += 1;
+  t->counts.accesses += pieces;
   t->counts.wavefronts += wavefronts;
   t->counts.conflicts += most - wavefronts;
 }
@@ -142,7 +144,7 @@ void count_threadgroup(Shard& s, uint64_t pc, const Event* e, uint32_t n) {
 
 // One SIMD-group access: its lanes' pieces, by where they went (a buffer, threadgroup
 // memory), each place counted as an access of its own.
-void count_access(Shard& s, uint64_t pc, Event* e, uint32_t n) {
+void count_access(Shard& s, uint64_t pc, Event* e, uint32_t n, uint32_t pieces) {
   auto before = [](const Event& a, const Event& b) {
     uint8_t wa = a.where & ~kStore, wb = b.where & ~kStore;
     return wa < wb || (wa == wb && a.value < b.value);
@@ -156,8 +158,10 @@ void count_access(Shard& s, uint64_t pc, Event* e, uint32_t n) {
   for (uint32_t i = 0; i < n;) {
     uint32_t j = i + 1;
     while (j < n && (e[j].where & ~kStore) == (e[i].where & ~kStore)) ++j;
-    if ((e[i].where & ~kStore) == kThreadgroupMemory) count_threadgroup(s, pc, e + i, j - i);
-    else count_device(s, pc, e + i, j - i);
+    if ((e[i].where & ~kStore) == kThreadgroupMemory)
+      count_threadgroup(s, pc, e + i, j - i, pieces);
+    else
+      count_device(s, pc, e + i, j - i, pieces);
     i = j;
   }
 }
@@ -190,7 +194,7 @@ void count_issues(Shard& s, uint32_t site, const Trail* trails, uint32_t lanes) 
       for (uint32_t i = 1; i < n; ++i) diverged |= issue[i].value != issue[0].value;
       s.divergences[s.site_branch[site]] += diverged;
     } else {
-      count_access(s, s.site_pc[site], issue, n);
+      count_access(s, s.site_pc[site], issue, n, s.site_pieces[site] ? s.site_pieces[site] : 1);
     }
   }
 }

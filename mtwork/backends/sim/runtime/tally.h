@@ -76,6 +76,7 @@ struct Shard {
   uint32_t touched_count;
   uint64_t* site_pc;     // [kMaxSites]: the code address of an access site
   uint32_t* site_branch; // [kMaxSites]: the branch of a branch site, else kNotBranch
+  uint8_t* site_pieces;  // [kMaxSites]: instructions one access there stands for (0: one)
   uint32_t* site_slot;   // [kSiteSlots]: site index + 1, 0 when free
   uint32_t* branch_site; // [branches]: site index + 1, 0 when not seen yet
   uint32_t sites;
@@ -163,8 +164,11 @@ inline void record(Shard& s, uint32_t site, uint32_t thread, uint64_t entry) {
 // The totals of (code address, buffer or threadgroup memory, kind) in a shard.
 Total* total(Shard& s, uint64_t pc, int32_t buffer, uint32_t kind);
 Total* lookup_total(Shard& s, uint64_t pc, int32_t buffer, uint32_t kind);
+// Marks lines first to last (inclusive) of a buffer as touched in the dispatch.
+void mark_lines(uint32_t buffer, uint64_t first, uint64_t last);
 // Counts one SIMD-group access: its lanes' pieces (reordered).
-void count_access(Shard& s, uint64_t pc, Event* e, uint32_t n);
+// `pieces`: the instructions the access stands for (a thread's adjacent accesses merged).
+void count_access(Shard& s, uint64_t pc, Event* e, uint32_t n, uint32_t pieces = 1);
 // Counts the shard's threadgroup (its block executions and its log) into its totals.
 void finish(Shard& s);
 // Disarms the profiler (profiler.cpp); `keep`: the count finished, and its shards' memory
