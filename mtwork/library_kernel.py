@@ -15,7 +15,7 @@ import mlx.core as mx
 import numpy as np
 
 from . import graph
-from .backends import chosen, hold
+from .backends import chosen, hold, log_note
 from .backends import compile as compile_program
 from .backends import run as run_program
 from .buffers import to_mx
@@ -33,7 +33,9 @@ from .dispatch import (
     geometry,
     options,
 )
+from .errors import KernelFault
 from .gpu.counters import Counters
+from .kernel_log import KernelLog, announce, kept
 from .library_arguments import describe, threadgroup_sizes
 from .library_operation import check_kept, traced_call, weakly
 from .limits import MAX_BUFFER_INDEX, MAX_THREADS_PER_THREADGROUP
@@ -79,7 +81,8 @@ class Kernel:
     set. Call it to dispatch; `compile()` compiles it ahead of time. The report of its
     last sanitized call is `last_sanitizer_report`, the counts of its last profiled call
     `last_counters`; the emulator's engine that ran its last call (and, when not the fast
-    one, why) `last_engine`."""
+    one, why) `last_engine`; the `os_log` messages of its last call `last_log` (see
+    mtwork.kernel_log)."""
 
     def __init__(self, library: LibraryParts, signature: KernelSignature,
                  template_args: tuple[str, ...], constants: dict[str, str | None], label: str):
@@ -91,6 +94,8 @@ class Kernel:
         self.last_sanitizer_report: SanitizerReport | None = None
         self.last_engine: Engine | None = None
         self.last_counters: Counters | None = None
+        self.last_log: KernelLog | None = None
+        self._log_note = ""  # why its last call ran on sim (log=True)
         hold(self)  # the emulator's worker lives while a kernel does
         unsupported = [p for p in signature.params if p.kind == "unsupported"]
         if unsupported:
@@ -231,6 +236,7 @@ class Kernel:
         sanitize: bool | str | None = None,
         isolate: bool | None = None,
         profile: bool = False,
+        log: bool | None = None,
         keep_arrays: bool = False,
     ) -> Dispatch:
         """The dispatch record of a call (see `__call__`), every argument checked;
@@ -261,7 +267,7 @@ class Kernel:
                 first = copies.setdefault(id(value), bound[p.index].array)  # type: ignore
                 bound[p.index] = dataclasses.replace(bound[p.index], array=first)  # type: ignore
         call = Dispatch(bound, shape, options(sanitize=sanitize, timeout=timeout,
-                                              isolate=isolate, profile=profile),
+                                              isolate=isolate, profile=profile, log=log),
                         threadgroup_sizes(self.name, self.signature.threadgroup_params,
                                           threadgroup_memory))
         check_memory(call, f"`{self.name}`'s new_buffer arguments")
@@ -280,6 +286,7 @@ class Kernel:
         sanitize: bool | str | None = None,
         isolate: bool | None = None,
         profile: bool = False,
+        log: bool | None = None,
     ) -> Outputs:
         """Dispatches the kernel and returns its writable buffers.
 
@@ -293,15 +300,19 @@ class Kernel:
         True or "warn" runs on sim with every access checked (see mtwork.sanitizer).
         `isolate`: sim runs kernels in a worker process (False: in this one). `profile`:
         True runs on sim and counts what the call does to an Apple GPU
-        (`last_counters`; see mtwork.profile).
+        (`last_counters`; see mtwork.profile). `log`: the kernel's `os_log` messages
+        (`last_log`), recorded on sim by default; True runs the call on sim to record them,
+        False leaves them out (see mtwork.kernel_log).
         """
         traced = traced_call(buffers)
         call = self.dispatch(buffers=buffers, threadgroup_memory=threadgroup_memory,
                              threadgroups=threadgroups, grid=grid,
                              threads_per_threadgroup=threads_per_threadgroup,
                              timeout=timeout, sanitize=sanitize, isolate=isolate,
-                             profile=profile, keep_arrays=traced)
-        name = backend_for(call.options, backend or self.library.backend)
+                             profile=profile, log=log, keep_arrays=traced)
+        asked = backend or self.library.backend
+        name = backend_for(call.options, asked)
+        self._log_note = log_note(call.options, asked)
         if traced:
             name = chosen(name, call.options)
             compile_program(self.program, backend=name, options=call.options)
@@ -309,7 +320,7 @@ class Kernel:
         else:
             try:
                 done = run_program(self.program, call, backend=name)
-            except SanitizerError as exc:
+            except KernelFault as exc:
                 self._finish(None, exc)
                 raise
             self._finish(done, None)
@@ -320,7 +331,10 @@ class Kernel:
         return Outputs(arrays, kinds)
 
     def _finish(self, done: Completion | None, error: BaseException | None) -> None:
-        """What a dispatch tells the kernel when it ends (report, engine, counts)."""
+        """What a dispatch tells the kernel when it ends (report, engine, counts, log,
+        printed too: `kernel_log.announce`)."""
+        self.last_log = kept(done.log if done is not None else None, error, self._log_note)
+        announce(self.last_log)
         if isinstance(error, SanitizerError):
             self.last_sanitizer_report = error.report
         if done is None:
@@ -378,11 +392,18 @@ class LibraryLaunch:
         return self.kernel.last_sanitizer_report
 
     def __call__(self, *inputs: Any, backend: str | None = None,
-                 sanitize: bool | str | None = None, profile: bool = False) -> Outputs:
+                 sanitize: bool | str | None = None, profile: bool = False,
+                 log: bool | None = None) -> Outputs:
         if inputs:
             raise TypeError("a full-source launch carries its buffers; call it without "
                             "inputs")
-        return self.kernel(**self.call, backend=backend, sanitize=sanitize, profile=profile)
+        return self.kernel(**self.call, backend=backend, sanitize=sanitize, profile=profile,
+                           log=log)
+
+    @property
+    def last_log(self) -> KernelLog | None:
+        """The messages of this launch's kernel's last call (see `Kernel.last_log`)."""
+        return self.kernel.last_log
 
     @property
     def last_counters(self) -> Counters | None:

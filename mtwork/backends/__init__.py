@@ -33,8 +33,8 @@ from ..recording import record
 from ..sanitizer import SanitizerError, SanitizerWarning
 
 __all__ = ["Backend", "backends", "builds_graph", "cancel", "chosen", "compile",
-           "default_backend", "get", "hold", "names", "recording", "register", "resolve",
-           "run", "unregister"]
+           "default_backend", "get", "hold", "log_note", "names", "recording", "register",
+           "resolve", "run", "unregister"]
 
 
 class Backend(Protocol):
@@ -66,7 +66,9 @@ _FACTORIES: dict[str, str | Factory] = {
 }
 _instances: dict[str, Backend] = {}
 _reasons: dict[str, str | None] = {}
-_lock = threading.Lock()
+# Reentrant: a kernel object collected while this thread holds it (the garbage collector
+# runs inside `get`'s import of a backend) calls `_released`, which takes it too.
+_lock = threading.RLock()
 _entry_points_read = False
 _held = 0  # kernel objects alive (`hold`)
 _recorded = threading.local()  # `recording`: this thread's list, while one is open
@@ -164,6 +166,15 @@ def chosen(backend: str | None, options: Options) -> str:
     return resolve("sim" if options.sanitize else backend)
 
 
+def log_note(options: Options, backend: str | None) -> str:
+    """What a call with ``log=True`` says when it runs on ``sim`` instead of `backend`
+    (None: the default): "" when it would have run on ``sim`` anyway."""
+    if not options.log or options.sanitize or options.profile or resolve(backend) == "sim":
+        return ""
+    return (f"run on sim for log=True: the {resolve(backend)} backend keeps no log of the "
+            f"kernel's os_log messages (see mtwork's logging guide)")
+
+
 def _chosen(backend: str | None, options: Options) -> Backend:
     return get(chosen(backend, options))
 
@@ -240,7 +251,9 @@ def run(program: Program, call: Dispatch, *, backend: str | None = None) -> Comp
     report = completion.sanitizer
     if report is not None and not report.ok:
         if call.options.sanitize == "raise":
-            raise SanitizerError(report)
+            error = SanitizerError(report)
+            error.log = completion.log  # type: ignore[attr-defined]
+            raise error
         if call.options.sanitize == "warn":
             warnings.warn(str(report), SanitizerWarning, stacklevel=3)
     return completion

@@ -31,16 +31,18 @@ import numpy as np
 
 from ...dispatch import Completion, Dispatch, Engine, Fresh, Program
 from ...errors import KernelFault, KernelTimeout
-from ...sanitizer import SanitizerError
+from ...kernel_log import KernelLog, with_log
+from ...sanitizer import SanitizerError, SanitizerReport
 from ...toolchain import clang
 from .compile import compiler
 from .compile.lockstep import needs_lockstep
 from .compile.sources import never_blocks, translation_unit
 from .count.instrument import Table
 from .engine import Engines, FastLibrary, check_same
-from .report import findings, profiling
+from .report import findings, logs, profiling
 from .run import abi, runtime
 from .run.isolation import Isolated, isolate_by_default
+from .run.logbuffer import LogBuffer, RawLog, borrowed, buffer_size
 from .run.memory import Memory
 
 __all__ = ["SimBackend"]
@@ -63,6 +65,9 @@ _ON_FIBERS = "the sanitizer checks kernels on the fiber engine"
 _PROFILED = "the profiler counts kernels on the fiber engine"
 
 
+# Why a kernel that logged runs on fibers (a message of the plain loops or the fast engine
+# stops the dispatch, which runs again on fibers: runtime/logging.cpp).
+_LOGS = "it logs (os_log), and the fiber engine knows which thread writes each message"
 # Why a lockstep kernel runs on fibers: the fast engine's region loops run a lane's code
 # to the next synchronisation point before the next lane's.
 _LOCKSTEP = ("its SIMD-groups rely on touching threadgroup memory in lockstep, which the "
@@ -76,6 +81,13 @@ def _needs_lockstep(program: Program) -> bool:
     if os.environ.get("MTWORK_SIM_LOCKSTEP", "1") == "0":
         return False
     return needs_lockstep([program.sources.text, *(t for _, t in program.sources.files)])
+
+
+def _told(fault: KernelFault, log: KernelLog | None) -> BaseException:
+    """`fault` with its dispatch's log, its message followed by the last messages of the
+    threads it names (a sanitizer's report quotes its findings' own)."""
+    named = [] if isinstance(fault, SanitizerError) else logs.threads_named(str(fault))
+    return with_log(fault, log, named)
 
 
 @dataclass(frozen=True)
@@ -97,6 +109,7 @@ class SimBackend:
         self._by_program: dict[tuple[Program, str], _Compiled] = {}
         self._lock = threading.Lock()
         self._blocking: set[Path] = set()  # libraries that blocked on the fast path
+        self._logging: set[Path] = set()  # libraries whose kernels logged on a fast path
         self._isolated: Isolated | None = None
         self._engines = Engines()
 
@@ -149,9 +162,15 @@ class SimBackend:
         if self._isolated is None:
             self._isolated = Isolated()
         self._isolated.start()  # a new worker imports while this process compiles
-        self.compile(program, sanitize=call.options.sanitize is not None,
-                     profile=call.options.profile)  # compile errors are raised here
-        return self._isolated.dispatch(program, call)
+        compiled = self.compile(program, sanitize=call.options.sanitize is not None,
+                                profile=call.options.profile)  # compile errors come here
+        try:
+            done = self._isolated.dispatch(program, call)
+        except KernelFault as fault:
+            raise _told(fault, self._kernel_log(program, compiled, call,
+                                                self._isolated.last_log())) from None
+        done.log = self._kernel_log(program, compiled, call, self._isolated.last_log())
+        return done
 
     def idle(self) -> None:
         """No kernel is left: the worker ends after `IDLE_SECONDS` unless one is used."""
@@ -171,31 +190,77 @@ class SimBackend:
         runtime.cancel()
 
     def dispatch_here(self, program: Program, call: Dispatch,
-                      place: Callable[[int, Fresh], np.ndarray] | None = None) -> Completion:
+                      place: Callable[[int, Fresh], np.ndarray] | None = None,
+                      log_memory: np.ndarray | None = None) -> Completion:
         """Runs `program` in this process; `place(index, fresh)` gives the memory of a
-        fresh buffer (default: a new array)."""
+        fresh buffer (default: a new array). The kernel's messages go to `log_memory`
+        when given (the worker's part of the arena, which mtwork reads), else to a log of
+        this process, read into the completion (and into a fault's error)."""
+        if call.options.log is False:
+            return self._dispatch(program, call, place, None)
+        if log_memory is not None:
+            return self._dispatch(program, call, place, LogBuffer(log_memory))
+        with borrowed(buffer_size()) as log:
+            try:
+                done = self._dispatch(program, call, place, log)
+            except KernelFault as fault:
+                raise _told(fault, self._kernel_log(program, self._compiled_for(program, call),
+                                                    call, log.read())) from None
+            done.log = self._kernel_log(program, self._compiled_for(program, call), call,
+                                        log.read())
+            return done
+
+    def _compiled_for(self, program: Program, call: Dispatch) -> _Compiled:
+        return self.compile(program, sanitize=call.options.sanitize is not None,
+                            profile=call.options.profile)
+
+    @staticmethod
+    def _kernel_log(program: Program, compiled: _Compiled, call: Dispatch,
+                    raw: RawLog | None) -> KernelLog | None:
+        """The dispatch's log in the author's terms (None: it kept none)."""
+        if raw is None:
+            return None
+        return logs.kernel_log(raw, program.label, compiled.translation, call.geometry)
+
+    def _engine_choice(self, program: Program, compiled: _Compiled, call: Dispatch,
+                       log: LogBuffer | None) -> tuple[bool, FastLibrary | None, str]:
+        """Whether the call runs as plain loops, its fast library, and why on fibers."""
         sanitize = call.options.sanitize is not None
         profile = call.options.profile
-        compiled = self.compile(program, sanitize=sanitize, profile=profile)
+        if log is not None and compiled.library.path in self._logging:
+            return False, None, _LOGS
         barrier_free = (not sanitize and not profile and _looks_barrier_free(program)
                         and compiled.library.path not in self._blocking)
         fast, why = self._fast_library(program, compiled, _ON_FIBERS if sanitize else
                                        _PROFILED if profile else None, barrier_free)
+        return barrier_free, fast, why
+
+    def _dispatch(self, program: Program, call: Dispatch,
+                  place: Callable[[int, Fresh], np.ndarray] | None,
+                  log: LogBuffer | None) -> Completion:
+        """One dispatch in this process, its messages in `log` (None: none kept)."""
+        sanitize = call.options.sanitize is not None
+        profile = call.options.profile
+        compiled = self.compile(program, sanitize=sanitize, profile=profile)
+        barrier_free, fast, why = self._engine_choice(program, compiled, call, log)
         saved = None
         while True:
-            memory = Memory(program, call, place)
-            if saved is not None:
-                memory.restore(saved)
-            elif barrier_free or fast is not None:
-                saved = memory.snapshot(every=fast is not None and (
-                    fast.may_diverge or self._engines.comparing()))
+            if log is not None:
+                log.reset()
+            memory, saved = self._memory(program, call, place, saved, barrier_free, fast)
             sanitizing = findings.describe_buffers(memory) if sanitize else None
             try:
                 if profile:
-                    return self._profiled(program, compiled, memory, call)
+                    return self._profiled(program, compiled, memory, call, log)
                 used = self._run(program, fast.library if fast else compiled.library, memory,
                                  call, barrier_free or fast is not None, sanitizing,
-                                 lockstep=compiled.lockstep and fast is None)
+                                 lockstep=compiled.lockstep and fast is None, log=log)
+            except runtime.Logged:
+                # A message from the plain loops or the fast engine: start again on fibers,
+                # and keep this kernel there.
+                self._logging.add(compiled.library.path)
+                barrier_free, fast, why = False, None, _LOGS
+                continue
             except runtime.NeedsFibers as stop:
                 if fast is not None:  # the threads did not reach the same barrier
                     why = self._engines.needs_fibers(compiled.library.path, str(stop))
@@ -217,19 +282,43 @@ class SimBackend:
                     continue
                 if sanitizing is None:
                     raise
-                self._raise_with_report(program, compiled, sanitizing, memory, fault)
-            report = None
-            if sanitizing is not None:
-                report = findings.report(program.label, compiled.translation,
-                                         compiled.library.path, sanitizing, memory)
+                self._raise_with_report(program, compiled, call, sanitizing, memory, fault,
+                                        log)
             if fast is not None and self._engines.comparing():
                 done = self._compared(program, call, place, compiled, memory, saved, used)
             else:
                 ran = Engine("fast") if fast else Engine("loops") if barrier_free else Engine(
                     "fibers", why)
+                report = (None if sanitizing is None else
+                          self._report(program, compiled, call, sanitizing, memory, log))
                 done = Completion(memory.written(), report, used, ran)
             self._engines.record(program.label, done.engine)  # type: ignore[arg-type]
             return done
+
+    def _memory(self, program: Program, call: Dispatch,
+                place: Callable[[int, Fresh], np.ndarray] | None,
+                saved: dict[int, np.ndarray] | None, barrier_free: bool,
+                fast: FastLibrary | None) -> tuple[Memory, dict[int, np.ndarray] | None]:
+        """An attempt's memory: the buffers as an earlier attempt found them (`saved`), or
+        new ones, saved first when a fast path may have to run them again."""
+        memory = Memory(program, call, place)
+        if saved is not None:
+            memory.restore(saved)
+        elif barrier_free or fast is not None:
+            saved = memory.snapshot(every=fast is not None and (
+                fast.may_diverge or self._engines.comparing()))
+        return memory, saved
+
+    def _report(self, program: Program, compiled: _Compiled, call: Dispatch,
+                sanitizing: abi.Sanitizing, memory: Memory,
+                log: LogBuffer | None) -> SanitizerReport:
+        """The sanitizer's report of a dispatch that finished, its findings with the last
+        messages of their threads."""
+        report = findings.report(program.label, compiled.translation, compiled.library.path,
+                                 sanitizing, memory)
+        findings.quote_messages(report, self._kernel_log(program, compiled, call,
+                                                         log.read() if log else None))
+        return report
 
     def _fast_library(self, program: Program, compiled: _Compiled, on_fibers: str | None,
                       barrier_free: bool) -> tuple[FastLibrary | None, str]:
@@ -258,14 +347,14 @@ class SimBackend:
         return Completion(memory.written(), None, used, Engine("fast", "compared with fibers"))
 
     def _profiled(self, program: Program, compiled: _Compiled, memory: Memory,
-                  call: Dispatch) -> Completion:
+                  call: Dispatch, log: LogBuffer | None) -> Completion:
         """One dispatch with the profiler counting (always on fibers: it needs to know
         which thread runs)."""
         assert compiled.table is not None
         with profiling.counting(compiled.library, compiled.table, memory,
                                 call.geometry) as counted:
             used = self._run(program, compiled.library, memory, call, False, None,
-                             lockstep=compiled.lockstep)
+                             lockstep=compiled.lockstep, log=log)
         counters = profiling.counters(program.label, compiled.translation.sources,
                                       compiled.library.path, compiled.table, counted,
                                       call.geometry, used)
@@ -274,24 +363,25 @@ class SimBackend:
 
     def _run(self, program: Program, library: runtime.KernelLibrary, memory: Memory,
              call: Dispatch, barrier_free: bool, sanitizing: abi.Sanitizing | None, *,
-             lockstep: bool = False) -> int:
-        """Runs the dispatch on `library` (`lockstep`: a lockstep build on fibers); time on
-        the fiber engine (not barrier-free, not sanitized) counts toward building the
-        kernel's fast library."""
+             lockstep: bool = False, log: LogBuffer | None = None) -> int:
+        """Runs the dispatch on `library` (`lockstep`: a lockstep build on fibers; the
+        kernel's messages to `log`); time on the fiber engine (not barrier-free, not
+        sanitized) counts toward building the kernel's fast library."""
         geometry = call.geometry
         clamped = tuple(min(t, g) for t, g in zip(geometry.threadgroup, geometry.grid))
         start = time.perf_counter()
         used = runtime.dispatch(
             library, program.label, memory.table, geometry.grid, clamped,
             tg_static_bytes=memory.threadgroup_bytes, timeout=call.options.timeout,
-            barrier_free=barrier_free, sanitizing=sanitizing, lockstep=lockstep)
+            barrier_free=barrier_free, sanitizing=sanitizing, lockstep=lockstep,
+            log=log.address if log is not None else None)
         if not barrier_free and sanitizing is None:
             self._engines.ran_on_fibers(library.path, time.perf_counter() - start)
         return used
 
-    def _raise_with_report(self, program: Program, compiled: _Compiled,
+    def _raise_with_report(self, program: Program, compiled: _Compiled, call: Dispatch,
                            sanitizing: abi.Sanitizing, memory: Memory,
-                           fault: KernelFault) -> None:
+                           fault: KernelFault, log: LogBuffer | None) -> None:
         """A sanitized kernel that faulted has no outputs: its report, with the fault
         unless a finding already stands for it, is the error."""
         report = findings.report(program.label, compiled.translation, compiled.library.path,
@@ -299,4 +389,6 @@ class SimBackend:
         finding = findings.fault_finding(program.label, fault)
         if finding is not None and not report.of_kind(finding.kind):
             report.findings.append(finding)
+        findings.quote_messages(report, self._kernel_log(
+            program, compiled, call, log.read() if log else None))
         raise SanitizerError(report) from fault

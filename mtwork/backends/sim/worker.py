@@ -27,9 +27,10 @@ from ...errors import KernelFault
 from . import SimBackend
 from .run.arena import Arena, Placement
 from .run.channel import ChannelClosed, receive, send
+from .run.logbuffer import HEADER_BYTES
 
 Plan = tuple[Geometry, Options, float, tuple[tuple[int, int], ...], tuple[int, ...],
-             tuple[tuple[int, Placement, tuple], ...]]
+             tuple[tuple[int, Placement, tuple], ...], tuple[int, int]]
 
 
 class _Worker:
@@ -41,7 +42,7 @@ class _Worker:
         self.arena = Arena()
         self.programs: dict[int, Program] = {}
         self.plans: dict[int, Plan] = {}
-        self.calls: dict[int, tuple[Dispatch, dict[int, np.ndarray]]] = {}
+        self.calls: dict[int, tuple[Dispatch, dict[int, np.ndarray], np.ndarray | None]] = {}
 
     def attach(self, fd: int) -> None:
         self.calls.clear()  # their views are of the old mapping
@@ -57,17 +58,18 @@ class _Worker:
             self.programs[token] = program
         if plan is not None:
             self.plans[plan_id] = plan
-        call, views = self.calls.get(plan_id) or self._prepare(plan_id)
+        call, views, log = self.calls.get(plan_id) or self._prepare(plan_id)
         self.arena.guard(self.plans[plan_id][4])
         done = self.backend.dispatch_here(self.programs[token], call,
-                                          place=lambda i, _fresh: views[i])
+                                          place=lambda i, _fresh: views[i], log_memory=log)
         engine = done.engine
         return (tuple(sorted(done.buffers)), done.sanitizer, done.threadgroup_memory,
                 engine.name if engine else None, engine.reason if engine else None,
                 done.counters)
 
-    def _prepare(self, plan_id: int) -> tuple[Dispatch, dict[int, np.ndarray]]:
-        geometry, options, timeout, threadgroup_memory, _, placed = self.plans[plan_id]
+    def _prepare(self, plan_id: int
+                 ) -> tuple[Dispatch, dict[int, np.ndarray], np.ndarray | None]:
+        geometry, options, timeout, threadgroup_memory, _, placed, log = self.plans[plan_id]
         views: dict[int, np.ndarray] = {}
         buffers: dict[int, Bound | Fresh] = {}
         for index, placement, spec in placed:
@@ -80,8 +82,12 @@ class _Worker:
                                        contiguous=False)
         call = Dispatch(buffers, geometry, dataclasses.replace(options, timeout=timeout),
                         dict(threadgroup_memory))
-        self.calls[plan_id] = call, views
-        return call, views
+        # The log lies in the arena: mtwork reads it, whatever becomes of this process.
+        log_at, log_room = log
+        log_view = (np.frombuffer(self.arena.map, np.uint8, count=HEADER_BYTES + log_room,
+                                  offset=log_at) if log_room else None)
+        self.calls[plan_id] = call, views, log_view
+        return call, views, log_view
 
 
 def _reply_error(sock: socket.socket, exc: BaseException) -> None:

@@ -47,8 +47,9 @@ from ....dispatch import BodyForm, Bound, Completion, Dispatch, Engine, Fresh, P
 from ....dtypes import storage_numpy_dtype
 from ....errors import KernelCancelled, KernelFault, KernelTimeout
 from . import runtime
-from .arena import Arena, Placement, layout
+from .arena import PAGE, Arena, Placement, layout
 from .channel import PLANS_KEPT, PROGRAMS_KEPT, ChannelClosed, receive, send
+from .logbuffer import HEADER_BYTES, LogBuffer, RawLog, buffer_size
 
 __all__ = ["Isolated", "isolate_by_default"]
 
@@ -113,11 +114,13 @@ def _fresh_span(shape: tuple[int, ...], dtype: mx.Dtype) -> Span:
 @dataclass(frozen=True)
 class _Plan:
     """Where a call's buffers sit in the arena (by buffer index), how big the arena must
-    be, and the plan as the worker is sent it."""
+    be, the plan as the worker is sent it, and where the dispatch's log is (its offset,
+    and its room for records: 0 for none)."""
 
     placements: dict[int, Placement]
     size: int
     message: tuple
+    log: tuple[int, int] = (0, 0)
 
 
 class _Kept:
@@ -165,6 +168,7 @@ class Isolated:
         self._plans = _Kept(plans_kept)
         self._ids = itertools.count()
         self._cancelled = False
+        self._log: tuple[int, int] = (0, 0)  # the last dispatch's log: offset, room
         self._idle_timer: threading.Timer | None = None
         # Ended before the interpreter tears down: no worker left running, no socket open.
         atexit.register(_close_if_alive, weakref.ref(self))
@@ -306,15 +310,19 @@ class Isolated:
                 sources[index] = view, address
                 shapes.append((spans[index], buf.dtype, buf.writable))
         owners = _owners(indices, spans, {i: a for i, (_, a) in sources.items()})
+        log_room = 0 if call.options.log is False else buffer_size()
         # The plan does not depend on the kernel: calls of several kernels share it.
         key = (call.geometry, call.options, timeout,
                tuple(sorted(call.threadgroup_memory.items())), tuple(indices), tuple(shapes),
-               owners)
+               owners, log_room)
         kept_plan = self._plans.get(key)
         plan = (kept_plan[1] if kept_plan is not None
-                else _plan(call, indices, spans, owners, timeout))
+                else _plan(call, indices, spans, owners, timeout, log_room))
         if self._arena.grow(plan.size):
             self._arena_sent = False
+        self._log = plan.log
+        if log_room:  # empty before the worker writes: a worker that dies leaves no old log
+            LogBuffer.over(self._arena.map, *plan.log).reset()
         for index, owner in zip(indices, owners):
             if index in sources and owner == index:
                 p = plan.placements[index]
@@ -327,6 +335,14 @@ class Isolated:
         request = (token, program if new_program else None, plan_id,
                    plan.message if new_plan else None, tuple(forget))
         return request, plan.placements
+
+    def last_log(self) -> RawLog | None:
+        """The messages of the last dispatch, read from the arena (also when its worker
+        died); None when it kept no log."""
+        offset, room = self._log
+        if not room or self._arena.map is None:
+            return None
+        return LogBuffer.over(self._arena.map, offset, room).read()
 
     def _wait(self, program: Program, limit: float) -> Any:
         grace = min(max(limit, _GRACE_BOUNDS[0]), _GRACE_BOUNDS[1])
@@ -380,10 +396,12 @@ def _close_if_alive(ref: weakref.ref[Isolated]) -> None:
 
 
 def _plan(call: Dispatch, indices: list[int], spans: dict[int, Span], owners: tuple[int, ...],
-          timeout: float) -> _Plan:
-    """Where each buffer of `call` goes in the arena, and the plan the worker is sent."""
+          timeout: float, log_room: int) -> _Plan:
+    """Where each buffer of `call` goes in the arena (its log, of `log_room` bytes of
+    records, after them), and the plan the worker is sent."""
     placed = sorted(set(owners))
-    starts, guards, size = layout(tuple(spans[i][0] for i in placed))
+    starts, guards, log_at = layout(tuple(spans[i][0] for i in placed))
+    size = log_at + -(-(HEADER_BYTES + log_room) // PAGE) * PAGE if log_room else log_at
     start_of = dict(zip(placed, starts))
     placements = {i: Placement(start_of[owner], *spans[i]) for i, owner in zip(indices, owners)}
     # Sanitized, every access is checked before it happens (an out-of-bounds read is
@@ -391,8 +409,9 @@ def _plan(call: Dispatch, indices: list[int], spans: dict[int, Span], owners: tu
     message = (call.geometry, call.options, timeout,
                tuple(sorted(call.threadgroup_memory.items())),
                () if call.options.sanitize else guards,
-               tuple((i, placements[i], _spec(call.buffers[i])) for i in indices))
-    return _Plan(placements, size, message)
+               tuple((i, placements[i], _spec(call.buffers[i])) for i in indices),
+               (log_at, log_room))
+    return _Plan(placements, size, message, (log_at, log_room))
 
 
 def _c_strides(shape: tuple[int, ...], itemsize: int) -> tuple[int, ...]:

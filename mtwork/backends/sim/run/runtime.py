@@ -40,11 +40,16 @@ LIVE_THREADS_LISTED = 4
 
 # Status codes of runtime/runtime.h.
 (_OK, _RUNNING, _FAULT, _DEADLOCK, _TG_MEMORY, _CANCELLED, _KERNEL_ERROR, _SYSTEM,
- _NEEDS_FIBERS, _SANITIZER_STOP) = range(10)
+ _NEEDS_FIBERS, _SANITIZER_STOP, _LOGGED) = range(11)
 
 
 class NeedsFibers(Exception):
     """A kernel dispatched as barrier-free blocked; run it again with barrier_free=False."""
+
+
+class Logged(NeedsFibers):
+    """A kernel dispatched as barrier-free (plain loops, the fast engine) logged: run it
+    again on fibers, where each message knows the thread that wrote it."""
 
 
 class SanitizerStop(KernelFault):
@@ -249,12 +254,15 @@ def dispatch(
     barrier_free: bool = False,
     sanitizing: Sanitizing | None = None,
     lockstep: bool = False,
+    log: int | None = None,
 ) -> int:
     """Runs the kernel over the grid; returns the threadgroup memory it used (bytes).
 
     `barrier_free` runs the group as plain loops: only for kernels that never block.
     `lockstep`: the library traces its loads and stores (compiler.LOCKSTEP_FLAGS), and
-    each SIMD-group steps through threadgroup memory in lockstep.
+    each SIMD-group steps through threadgroup memory in lockstep. `log`: the address of
+    the log's header (`logbuffer.LogBuffer`), where the kernel's messages go; None: its
+    logging calls do nothing.
     Waits in short slices so Ctrl-C and the watchdog (`timeout` seconds, default
     $MTWORK_TIMEOUT or 120) can stop a kernel that never ends.
     """
@@ -268,6 +276,7 @@ def dispatch(
                                 lockstep)
     launch = LaunchRecord.from_buffer_copy(template)  # `template` keeps the name alive
     launch.buffers = ctypes.cast(buffers, ctypes.c_void_p).value
+    launch.log = log
     if sanitizing is not None:
         launch.sanitize = 1
         launch.buffer_info = ctypes.cast(sanitizing.buffers, ctypes.c_void_p).value
@@ -300,6 +309,8 @@ def dispatch(
         return used
     if status == _NEEDS_FIBERS:
         raise NeedsFibers(message)
+    if status == _LOGGED:
+        raise Logged(message)
     if stopped and not timed_out and _cancelled.is_set():
         raise KernelCancelled(kernel_name, "stopped before it ended")
     if stopped:
