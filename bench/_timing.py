@@ -46,6 +46,15 @@ def interleaved_times(sides: Mapping[str, Callable[[], Any]], rounds: int, *,
     return times
 
 
+def evaluated(outputs: Any) -> Any:
+    """A kernel call's outputs, evaluated: a call is an operation of MLX's graph, which
+    runs when MLX evaluates it, so a timed call must evaluate what it returns."""
+    import mlx.core as mx
+
+    mx.eval(outputs)
+    return outputs
+
+
 def interleaved(a: Callable[[], object], b: Callable[[], object], rounds: int) -> list[float]:
     """Ratios time(a) / time(b), one per round, the side that starts alternating."""
     times = interleaved_times({"a": a, "b": b}, rounds)

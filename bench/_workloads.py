@@ -13,6 +13,7 @@ import _llama_cpp as llama
 import mlx.core as mx
 import numpy as np
 from _pocl import PoCL
+from _timing import evaluated
 from emulator import EXP, GEMM, SOFTMAX, TREE_SUM
 
 import mtwork
@@ -94,7 +95,8 @@ def _cl(pocl: PoCL | None, name: str, global_size: Sequence[int], local_size: Se
 def _body_kernel(name: str, input_names: list[str], output_names: list[str], source: str,
                  **call: Any) -> Callable[[], list[mx.array]]:
     kernel = mtwork.metal_kernel(name, input_names, output_names, source)
-    return lambda: kernel(**call)
+
+    return lambda: evaluated(kernel(**call))
 
 
 # --- 1, 2: elementwise and a threadgroup tree -----------------------------------------------

@@ -55,8 +55,8 @@ import mlx.core as mx, mtwork
 mx.set_default_device(mx.cpu)
 def call(tag):
     k = mtwork.metal_kernel("small", ["a"], ["o"], body.format(tag=tag))
-    k(inputs=[mx.zeros((32,))], grid=(32, 1, 1), threadgroup=(32, 1, 1),
-      output_shapes=[(32,)], output_dtypes=[mx.float32])
+    mx.eval(k(inputs=[mx.zeros((32,))], grid=(32, 1, 1), threadgroup=(32, 1, 1),
+              output_shapes=[(32,)], output_dtypes=[mx.float32]))
     return k.last_engine.name
 if mode == "stages":
     from mtwork.backends.sim.compile import compiler

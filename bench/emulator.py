@@ -20,7 +20,7 @@ import uuid
 
 import mlx.core as mx
 import numpy as np
-from _timing import interleaved, interleaved_times, paired
+from _timing import evaluated, interleaved, interleaved_times, paired
 
 import mtwork
 
@@ -67,8 +67,9 @@ def bench_exp(n: int, rounds: int) -> None:
     k = mtwork.metal_kernel("bench_exp", ["inp"], ["out"], EXP)
 
     def emulator(isolate: bool):
-        return lambda: k(inputs=[x], grid=(n, 1, 1), threadgroup=(256, 1, 1),
-                         output_shapes=[(n,)], output_dtypes=[mx.float32], isolate=isolate)
+        return lambda: evaluated(k(inputs=[x], grid=(n, 1, 1), threadgroup=(256, 1, 1),
+                                   output_shapes=[(n,)], output_dtypes=[mx.float32],
+                                   isolate=isolate))
 
     times = interleaved_times({"isolated": emulator(True), "in-process": emulator(False),
                                "numpy": lambda: np.exp(xn)}, rounds)
@@ -83,8 +84,8 @@ def bench_tree_sum(n: int, rounds: int) -> None:
     k = mtwork.metal_kernel("bench_tree_sum", ["inp"], ["out"], TREE_SUM)
 
     def emulator():
-        return k(inputs=[x], grid=(n, 1, 1), threadgroup=(256, 1, 1),
-                 output_shapes=[(n // 256,)], output_dtypes=[mx.float32])
+        return evaluated(k(inputs=[x], grid=(n, 1, 1), threadgroup=(256, 1, 1),
+                           output_shapes=[(n // 256,)], output_dtypes=[mx.float32]))
 
     report(f"(b) threadgroup tree sum, {n:,} floats", interleaved(emulator, xn.sum, rounds), 20)
 
@@ -97,9 +98,9 @@ def bench_softmax(n: int, rounds: int) -> None:
     k = mtwork.metal_kernel("bench_softmax", ["inp"], ["out"], SOFTMAX)
 
     def emulator():
-        return k(inputs=[x], template=[("N", cols)], grid=(32, rows, 1),
-                 threadgroup=(32, 1, 1), output_shapes=[(rows, cols)],
-                 output_dtypes=[mx.float32])
+        return evaluated(k(inputs=[x], template=[("N", cols)], grid=(32, rows, 1),
+                           threadgroup=(32, 1, 1), output_shapes=[(rows, cols)],
+                           output_dtypes=[mx.float32]))
 
     def numpy_softmax():
         e = np.exp(xn - xn.max(axis=1, keepdims=True))
@@ -158,9 +159,9 @@ def bench_simdgroup_gemm(size: int, rounds: int) -> None:
     k = mtwork.metal_kernel("bench_gemm", ["A", "B"], ["C"], GEMM)
 
     def emulator():
-        return k(inputs=[a, b], template=[("K", size), ("N", size)],
-                 grid=(32 * size // 32, size // 32, 1), threadgroup=(32, 1, 1),
-                 output_shapes=[(size, size)], output_dtypes=[mx.float32])
+        return evaluated(k(inputs=[a, b], template=[("K", size), ("N", size)],
+                           grid=(32 * size // 32, size // 32, 1), threadgroup=(32, 1, 1),
+                           output_shapes=[(size, size)], output_dtypes=[mx.float32]))
 
     out = emulator()[0]
     assert mtwork.diff(out, an.astype(np.float64) @ bn).ok
@@ -190,10 +191,10 @@ def sanitizer_overhead(n: int, rounds: int) -> None:
                 "threadgroup": (256, 1, 1), "output_dtypes": [mx.float32], **extra}
 
         def sanitized(k=k, call=call):
-            return k(**call, sanitize=True)
+            return evaluated(k(**call, sanitize=True))
 
         def plain(k=k, call=call):
-            return k(**call)
+            return evaluated(k(**call))
 
         ratios = interleaved(sanitized, plain, rounds)
         med = statistics.median(ratios)
@@ -215,9 +216,9 @@ def simd_collective_ns(simdgroups: int = 256, repeats: int = 200) -> float:
         call = dict(inputs=[x], template=[("R", r)], grid=(simdgroups * 32, 1, 1),
                     threadgroup=(256, 1, 1), output_shapes=[x.shape],
                     output_dtypes=[mx.float32])
-        k(**call)
+        evaluated(k(**call))
         start = time.perf_counter()
-        k(**call)
+        evaluated(k(**call))
         return time.perf_counter() - start
 
     cores = os.cpu_count() or 1
@@ -231,8 +232,8 @@ def first_compile_seconds() -> float:
     code = (
         "import time, mlx.core as mx, mtwork; t = time.perf_counter();"
         "k = mtwork.metal_kernel('first', ['a'], ['o'], 'o[0] = a[0];');"
-        "k(inputs=[mx.zeros((1,))], grid=(1,1,1), threadgroup=(1,1,1),"
-        " output_shapes=[(1,)], output_dtypes=[mx.float32]);"
+        "mx.eval(k(inputs=[mx.zeros((1,))], grid=(1,1,1), threadgroup=(1,1,1),"
+        " output_shapes=[(1,)], output_dtypes=[mx.float32]));"
         "print(time.perf_counter() - t)"
     )
     with tempfile.TemporaryDirectory() as cache:
@@ -248,8 +249,8 @@ def warm_compile_seconds(samples: int = 3) -> float:
         body = f"o[thread_position_in_grid.x] = a[0] * 2.0f; // {uuid.uuid4()}"
         k = mtwork.metal_kernel("warm", ["a"], ["o"], body)
         start = time.perf_counter()
-        k(inputs=[mx.zeros((1,))], grid=(32, 1, 1), threadgroup=(32, 1, 1),
-          output_shapes=[(32,)], output_dtypes=[mx.float32])
+        evaluated(k(inputs=[mx.zeros((1,))], grid=(32, 1, 1), threadgroup=(32, 1, 1),
+                    output_shapes=[(32,)], output_dtypes=[mx.float32]))
         times.append(time.perf_counter() - start)
     return statistics.median(times)
 
@@ -259,10 +260,10 @@ def cached_call_ms(calls: int = 200) -> float:
     a = mx.zeros((1,))
     call = dict(inputs=[a], grid=(32, 1, 1), threadgroup=(32, 1, 1), output_shapes=[(32,)],
                 output_dtypes=[mx.float32])
-    k(**call)
+    evaluated(k(**call))
     start = time.perf_counter()
     for _ in range(calls):
-        k(**call)
+        evaluated(k(**call))
     return (time.perf_counter() - start) / calls * 1e3
 
 

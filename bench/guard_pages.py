@@ -37,9 +37,9 @@ def _captured(n: int) -> tuple[object, object]:
 
     sim.dispatch_here = capture
     try:
-        kernel(inputs=[mx.arange(n, dtype=mx.float32)], grid=(n, 1, 1),
-               threadgroup=(256, 1, 1), output_shapes=[(n,)], output_dtypes=[mx.float32],
-               isolate=False)
+        mx.eval(kernel(inputs=[mx.arange(n, dtype=mx.float32)], grid=(n, 1, 1),
+                       threadgroup=(256, 1, 1), output_shapes=[(n,)],
+                       output_dtypes=[mx.float32], isolate=False))
     finally:
         del sim.dispatch_here
     return captured["program"], captured["call"]

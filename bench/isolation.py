@@ -24,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import mlx.core as mx  # noqa: E402
 import numpy as np  # noqa: E402
-from _timing import Spread, interleaved_times, paired  # noqa: E402
+from _timing import Spread, evaluated, interleaved_times, paired  # noqa: E402
 from emulator import TREE_SUM  # noqa: E402
 
 import mtwork  # noqa: E402
@@ -44,8 +44,9 @@ def _tiny() -> dict[str, object]:
     x = mx.arange(64, dtype=mx.float32)
 
     def call(isolate: bool) -> object:
-        return kernel(inputs=[x], grid=(64, 1, 1), threadgroup=(32, 1, 1),
-                      output_shapes=[(64,)], output_dtypes=[mx.float32], isolate=isolate)
+        return evaluated(kernel(inputs=[x], grid=(64, 1, 1), threadgroup=(32, 1, 1),
+                                output_shapes=[(64,)], output_dtypes=[mx.float32],
+                                isolate=isolate))
 
     return {"call": call, "kernel": kernel}
 
@@ -109,9 +110,9 @@ def large_kernel(rounds: int, size: int) -> Spread:
 
     def side(isolate: bool):
         def run() -> object:
-            return kernel(inputs=[x], grid=(size, 1, 1), threadgroup=(256, 1, 1),
-                          output_shapes=[(size // 256,)], output_dtypes=[mx.float32],
-                          isolate=isolate)[0]
+            return evaluated(kernel(inputs=[x], grid=(size, 1, 1), threadgroup=(256, 1, 1),
+                                    output_shapes=[(size // 256,)],
+                                    output_dtypes=[mx.float32], isolate=isolate))[0]
         return run
 
     def check(_name: str, out: object) -> None:

@@ -20,7 +20,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import mlx.core as mx  # noqa: E402
-from _timing import interleaved_times, paired  # noqa: E402
+from _timing import evaluated, interleaved_times, paired  # noqa: E402
 from emulator import EXP, SOFTMAX, TREE_SUM  # noqa: E402
 
 import mtwork  # noqa: E402
@@ -56,7 +56,7 @@ def main() -> None:
         call = {"inputs": [x.reshape(-1, 1024) if label == "softmax" else x],
                 "output_dtypes": [mx.float32], **extra}
         times = interleaved_times({
-            "plain": lambda k=k, call=call: k(**call),
+            "plain": lambda k=k, call=call: evaluated(k(**call)),
             "sanitized": lambda k=k, call=call: k(**call, sanitize=True),
             "profiled": lambda k=k, call=call: k(**call, profile=True),
         }, args.rounds)

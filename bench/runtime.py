@@ -96,8 +96,10 @@ def launcher(body: str, name: str, groups: int = GROUPS) -> Callable[[], object]
     x = mx.array(np.random.default_rng(0).standard_normal(n).astype(np.float32))
 
     def run() -> object:
-        return kernel(inputs=[x], grid=(n, 1, 1), threadgroup=(THREADS, 1, 1),
-                      output_shapes=[(n,)], output_dtypes=[mx.float32])
+        outputs = kernel(inputs=[x], grid=(n, 1, 1), threadgroup=(THREADS, 1, 1),
+                         output_shapes=[(n,)], output_dtypes=[mx.float32])
+        mx.eval(outputs)  # an operation of MLX's graph runs when evaluated
+        return outputs
 
     return run
 

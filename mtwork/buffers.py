@@ -24,7 +24,7 @@ import mlx.core as mx
 import numpy as np
 
 from . import dtypes
-from .native import metal_available
+from .native import metal_available, original
 
 __all__ = ["allocate", "byte_span", "fill_value", "filled", "initialise", "numpy_view",
            "poisoned", "reuse_memory_for", "to_mx"]
@@ -125,12 +125,13 @@ def reuse_memory_for(nbytes: int) -> None:
     if metal_available():  # the Metal allocator caches up to its memory limit
         _cache_limit = None
         return
-    wanted = min(_REUSED_ARRAYS * nbytes, mx.get_memory_limit() // 8)
+    wanted = min(_REUSED_ARRAYS * nbytes, original(mx.get_memory_limit)() // 8)
     if wanted <= _cache_limit:
         return
-    previous = mx.set_cache_limit(wanted)
+    set_cache_limit = original(mx.set_cache_limit)  # MLX's, not an interposed one
+    previous = set_cache_limit(wanted)
     if previous != _cache_limit:  # the caller's own
-        mx.set_cache_limit(previous)
+        set_cache_limit(previous)
         _cache_limit = None
         return
     _cache_limit = wanted

@@ -233,13 +233,15 @@ class Dispatch:
     """One call: memory by ``[[buffer(n)]]`` index, bytes by ``[[threadgroup(n)]]`` index,
     the geometry and the options. `into`: memory the caller has for some fresh buffers
     (the outputs MLX made for an operation of its graph), by index; a backend may write
-    them there and return them, else the caller copies them in."""
+    them there and return them, else the caller copies them in. `stream`: the MLX stream
+    or device the call was given, where its operation of MLX's graph runs."""
 
     buffers: Mapping[int, Bound | Fresh]
     geometry: Geometry
     options: Options = Options()
     threadgroup_memory: Mapping[int, int] = field(default_factory=dict)
     into: Mapping[int, np.ndarray] = field(default_factory=dict)
+    stream: Any = None  # the MLX stream or device the call was given (`stream=`)
 
 
 @dataclass(frozen=True)

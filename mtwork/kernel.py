@@ -210,7 +210,7 @@ class MetalKernel:
         shape = geometry(grid, threadgroup, exactly_three=True,
                          max_threads=MAX_THREADS_PER_THREADGROUP, prefix=PREFIX)
         shapes, kinds = check_output_shapes(output_shapes), check_output_dtypes(output_dtypes)
-        check_stream(stream)
+        stream = check_stream(stream)
         check_init_value(init_value)
         check_flag(verbose, "verbose")
         run_options = options(sanitize=sanitize, timeout=timeout, isolate=isolate,
@@ -228,7 +228,7 @@ class MetalKernel:
         outputs = gen.params_of("output")
         for p, shape_, dt in zip(outputs, shapes, kinds):
             buffers[p.buffer_index] = Fresh(shape_, dt, init_value)  # type: ignore[index]
-        call = Dispatch(buffers, shape, run_options)
+        call = Dispatch(buffers, shape, run_options, stream=stream)
         check_memory(call, f"{PREFIX}`output_shapes`")
         asked = backend or self.backend
         name = chosen(backend_for(run_options, asked), run_options)

@@ -98,13 +98,17 @@ def check_output_dtypes(output_dtypes: Any) -> list[mx.Dtype]:
     return kinds
 
 
-def check_stream(stream: Any) -> None:
+def check_stream(stream: Any, refusal: str = "[metal_kernel] Only supports the GPU.") -> Any:
+    """`stream` (None, a stream or a device) if it is the GPU's, as MLX requires: MLX's
+    GPU, or the device ``mx.gpu`` answers as under `mtwork.interpose` (the CPU off a
+    Mac, where mtwork's kernels run); else ValueError(`refusal`)."""
     if stream is None:
-        return
+        return None
     device = getattr(stream, "device", stream)
     kind = getattr(device, "type", device)
-    if kind != mx.gpu:
-        raise ValueError("[metal_kernel] Only supports the GPU.")
+    if not isinstance(kind, mx.DeviceType) or kind not in (mx.DeviceType.gpu, mx.gpu):
+        raise ValueError(refusal)
+    return stream
 
 
 def check_sequence(value: Any, what: str) -> list[Any]:

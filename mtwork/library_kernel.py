@@ -14,7 +14,6 @@ from typing import Any, Protocol
 import mlx.core as mx
 import numpy as np
 
-from . import graph
 from .backends import chosen, hold, log_note
 from .backends import compile as compile_program
 from .backends import run as run_program
@@ -37,7 +36,14 @@ from .errors import KernelFault
 from .gpu.counters import Counters
 from .kernel_log import KernelLog, announce, kept
 from .library_arguments import describe, threadgroup_sizes
-from .library_operation import check_kept, traced_call, weakly
+from .library_operation import (
+    check_kept,
+    is_operation,
+    operation_outputs,
+    stream_of,
+    traced_call,
+    weakly,
+)
 from .limits import MAX_BUFFER_INDEX, MAX_THREADS_PER_THREADGROUP
 from .msl.constants import function_constant_macros
 from .msl.signature import FunctionConstant, KernelParam, KernelSignature
@@ -238,9 +244,11 @@ class Kernel:
         profile: bool = False,
         log: bool | None = None,
         keep_arrays: bool = False,
+        stream: Any = None,
     ) -> Dispatch:
         """The dispatch record of a call (see `__call__`), every argument checked;
         `keep_arrays`: ``mx.array`` buffers are bound as they are (see `values.bind`)."""
+        stream = stream_of(self.name, stream)
         if (threadgroups is None) == (grid is None):
             raise TypeError("give either threadgroups= (dispatchThreadgroups: a count of "
                             "threadgroups) or grid= (dispatchThreads: a count of threads)")
@@ -269,7 +277,7 @@ class Kernel:
         call = Dispatch(bound, shape, options(sanitize=sanitize, timeout=timeout,
                                               isolate=isolate, profile=profile, log=log),
                         threadgroup_sizes(self.name, self.signature.threadgroup_params,
-                                          threadgroup_memory))
+                                          threadgroup_memory), stream=stream)
         check_memory(call, f"`{self.name}`'s new_buffer arguments")
         return call
 
@@ -287,6 +295,7 @@ class Kernel:
         isolate: bool | None = None,
         profile: bool = False,
         log: bool | None = None,
+        stream: Any = None,
     ) -> Outputs:
         """Dispatches the kernel and returns its writable buffers.
 
@@ -302,21 +311,23 @@ class Kernel:
         True runs on sim and counts what the call does to an Apple GPU
         (`last_counters`; see mtwork.profile). `log`: the kernel's `os_log` messages
         (`last_log`), recorded on sim by default; True runs the call on sim to record them,
-        False leaves them out (see mtwork.kernel_log).
+        False leaves them out (see mtwork.kernel_log). `stream`: as
+        ``mx.fast.metal_kernel``'s; a call given one is an operation of MLX's graph on it
+        (`mtwork.library_operation`: its outputs are computed when MLX evaluates them,
+        ``mx.async_eval`` included).
         """
-        traced = traced_call(buffers)
+        lazy = is_operation(buffers, stream)
         call = self.dispatch(buffers=buffers, threadgroup_memory=threadgroup_memory,
                              threadgroups=threadgroups, grid=grid,
                              threads_per_threadgroup=threads_per_threadgroup,
                              timeout=timeout, sanitize=sanitize, isolate=isolate,
-                             profile=profile, log=log, keep_arrays=traced)
+                             profile=profile, log=log, keep_arrays=lazy, stream=stream)
         asked = backend or self.library.backend
         name = backend_for(call.options, asked)
         self._log_note = log_note(call.options, asked)
-        if traced:
-            name = chosen(name, call.options)
-            compile_program(self.program, backend=name, options=call.options)
-            written = graph.operation(self.program, call, name, weakly(self._finish))
+        if lazy:
+            written = operation_outputs(self.program, call, chosen(name, call.options),
+                                        weakly(self._finish), traced=traced_call(buffers))
         else:
             try:
                 done = run_program(self.program, call, backend=name)

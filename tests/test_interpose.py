@@ -7,6 +7,7 @@ import mlx.core as mx
 import pytest
 
 import mtwork
+from mtwork.backends import get
 from mtwork.backends.metal import MetalBackend
 from mtwork.gpu.device import architecture
 from mtwork.native import metal_available, original
@@ -37,19 +38,94 @@ def test_as_a_function_and_as_a_context_manager_it_puts_mlx_back() -> None:
 
 
 def test_device_info_describes_the_modelled_chip_with_metals_keys() -> None:
-    with mtwork.interpose(chip="M3 Max"):
+    with mtwork.interpose(chip="M3 Max", gpu_device=mx.DeviceType.gpu):
         info = mx.device_info()
         assert set(info) == METAL_KEYS and info == mx.metal.device_info()
+        assert info == mx.device_info(mx.gpu) == mx.device_info(mx.Device(mx.gpu))
         assert info["device_name"] == "Apple M3 Max"
         assert info["architecture"] == "applegpu_g15c"
         assert info["max_recommended_working_set_size"] < info["memory_size"]
         assert mx.device_info(mx.cpu) == original(mx.device_info)(mx.cpu)
-        previous = mx.set_wired_limit(info["max_recommended_working_set_size"])
-        assert mx.set_wired_limit(0) == info["max_recommended_working_set_size"]
-        assert previous == 0
-        with pytest.raises(ValueError, match="larger than the maximum working set"):
-            mx.set_wired_limit(info["max_recommended_working_set_size"] + 1)
-        assert mx.metal.get_active_memory() >= 0  # MLX's own count
+
+
+def test_limits_are_the_modelled_chips_and_reach_what_holds_memory() -> None:
+    shared = get("sim").shared_memory
+    mlx_cache = original(mx.set_cache_limit)(1 << 30)  # MLX's own, to compare and restore
+    original(mx.set_cache_limit)(mlx_cache)
+    heap_cache = shared.cache_limit
+    try:
+        with mtwork.interpose(chip="M2 Ultra"):
+            info = mx.device_info()
+            working_set = info["max_recommended_working_set_size"]
+            # MLX's Metal allocator: the memory limit, and the cache limit after it.
+            modelled = int(min(1.5 * working_set, 0.95 * info["memory_size"]))
+            assert mx.get_memory_limit() == mx.metal.get_memory_limit() == modelled
+            assert mx.set_memory_limit(modelled // 2) == modelled
+            assert mx.metal.set_memory_limit(modelled) == modelled // 2
+            assert mx.set_cache_limit(1 << 20) == modelled
+            assert original(mx.set_cache_limit)(1 << 20) == 1 << 20  # MLX's too
+            assert shared.cache_limit == 1 << 20  # and the memory shared with the worker
+            assert mx.metal.set_cache_limit(modelled) == 1 << 20
+            assert mx.set_wired_limit(working_set) == 0
+            assert mx.metal.set_wired_limit(0) == working_set
+            with pytest.raises(ValueError, match="larger than the maximum working set"):
+                mx.set_wired_limit(working_set + 1)
+            with pytest.raises(TypeError, match="`limit` must be a number of bytes"):
+                mx.set_memory_limit(-1)
+    finally:
+        original(mx.set_cache_limit)(mlx_cache)
+        shared.set_cache_limit(heap_cache)
+
+
+def test_counters_report_real_use_shared_memory_included() -> None:
+    kernel = mtwork.metal_kernel("ones", ["a"], ["out"],
+                                 "out[thread_position_in_grid.x] = 1.0f;")
+    n = 1 << 20
+    with mtwork.interpose():
+        before = mx.get_active_memory()
+        assert before == mx.metal.get_active_memory() >= original(mx.get_active_memory)()
+        out = kernel(inputs=[mx.zeros((1,))], grid=(n, 1, 1), threadgroup=(256, 1, 1),
+                     output_shapes=[(n,)], output_dtypes=[mx.float32], isolate=True)[0]
+        mx.eval(out)
+        # The output is memory shared with the worker, not MLX's: counted all the same.
+        assert mx.get_active_memory() >= before + 4 * n
+        assert mx.get_peak_memory() >= mx.get_active_memory()
+        del out
+        assert mx.get_active_memory() < before + 4 * n
+        assert mx.get_cache_memory() >= 4 * n  # its block, kept for the next call
+        mx.clear_cache()
+        mx.reset_peak_memory()
+        assert mx.get_peak_memory() <= mx.get_active_memory() + original(mx.get_peak_memory)()
+
+
+def test_mx_gpu_is_the_device_mtworks_kernels_run_on() -> None:
+    native = metal_available()
+    with mtwork.interpose() as interposition:
+        if native:
+            assert mx.gpu == mx.DeviceType.gpu, "on a Mac, MLX's own GPU"
+        else:
+            assert mx.gpu == mx.cpu and mx.default_device() == mx.gpu
+            stream = mx.new_stream(mx.gpu)  # MLX refuses a GPU stream without Metal
+            with mx.stream(stream):
+                assert mx.exp(mx.array(0.0)).item() == 1.0
+        assert interposition.gpu_device == mx.gpu
+    assert mx.gpu == mx.DeviceType.gpu
+    with mtwork.interpose(gpu_device=mx.DeviceType.gpu):
+        assert mx.gpu == mx.DeviceType.gpu
+    with mtwork.interpose(metal_available=False):  # Metal looks absent: MLX's own
+        assert mx.gpu == mx.DeviceType.gpu
+    with pytest.raises(TypeError, match="`gpu_device`"):
+        mtwork.interpose(gpu_device="cpu")
+
+
+def test_calls_of_interposed_kernels_are_counted() -> None:
+    with mtwork.interpose() as interposition:
+        kernel = mx.fast.metal_kernel(name="twice", input_names=["a"], output_names=["b"],
+                                      source="b[0] = 2 * a[0];")
+        for _ in range(3):
+            kernel(inputs=[mx.array([1.0])], grid=(1, 1, 1), threadgroup=(1, 1, 1),
+                   output_shapes=[(1,)], output_dtypes=[mx.float32])
+    assert interposition.calls == {"twice": 3}
 
 
 def test_architecture_strings_follow_metals_names() -> None:

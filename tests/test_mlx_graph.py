@@ -154,6 +154,36 @@ def test_async_eval_and_a_stream() -> None:
     np.testing.assert_array_equal(np.array(out), 2 * np.arange(64) + 1)
     with pytest.raises(ValueError, match="Only supports the GPU"):
         kernel(inputs=[x], stream=mx.cpu, **call)
+    with mtwork.interpose():  # mx.gpu is where the kernels run: its streams are taken
+        stream = mx.new_stream(mx.gpu)
+        out = kernel(inputs=[x], stream=stream, **call)[0]
+        later = kernel(inputs=[out], stream=mx.Device(mx.gpu), **call)[0]
+        mx.async_eval(later)
+        np.testing.assert_array_equal(np.array(later), 4 * np.arange(64))
+
+
+def test_load_metal_calls_take_a_stream_and_async_eval() -> None:
+    kernel = mtwork.load_metal(TREE_SUM_LIBRARY).kernel("tree_sum")
+    x = mx.array(RNG.standard_normal(N).astype(np.float32))
+    outputs = kernel(buffers={"inp": x, "out": mtwork.new_buffer(N // 64)}, grid=N,
+                     threads_per_threadgroup=64, stream=mx.gpu)
+    assert kernel.last_engine is None, "a call given a stream is an operation: lazy"
+    total = outputs.mx("out") * 2
+    mx.async_eval(total)
+    np.testing.assert_allclose(np.array(total), 2 * reference(np.array(x)), rtol=1e-5)
+    assert kernel.last_engine is not None
+    with pytest.raises(ValueError, match="`stream` must be the GPU's"):
+        kernel(buffers={"inp": x, "out": mtwork.new_buffer(N // 64)}, grid=N,
+               threads_per_threadgroup=64, stream=mx.cpu)
+    with pytest.raises(TypeError, match="given stream="):
+        kernel(buffers={"inp": x, "out": np.zeros(N // 64, np.float32)}, grid=N,
+               threads_per_threadgroup=64, stream=mx.gpu)
+    with mtwork.interpose():
+        stream = mx.new_stream(mx.gpu)
+        again = kernel(buffers={"inp": x, "out": mtwork.new_buffer(N // 64)}, grid=N,
+                       threads_per_threadgroup=64, stream=stream).mx("out")
+        mx.async_eval(again)
+        np.testing.assert_allclose(np.array(again), reference(np.array(x)), rtol=1e-5)
 
 
 SQUARE = "uint i = thread_position_in_grid.x; out[i] = a[i] * a[i];"

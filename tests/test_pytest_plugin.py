@@ -59,6 +59,12 @@ def test_the_device_is_an_apple_gpu():
     info = mx.device_info()
     assert info["architecture"].startswith("applegpu")
     assert info["max_recommended_working_set_size"] <= info["memory_size"]
+
+
+def test_the_default_device_is_the_gpu():  # as mlx-lm's models choose their Metal path
+    assert mx.default_device() == mx.gpu and mx.metal.is_available()
+    with mx.stream(mx.new_stream(mx.default_device())):
+        assert mx.exp(mx.array(0.0)).item() == 1.0
 '''
 
 # A neighbour difference that reads one element past the end on its last thread: the
@@ -105,12 +111,15 @@ def run_pytest(tmp_path: Path, source: str, *options: str) -> dict[str, int]:
 @pytest.mark.skipif(not graph.available(), reason="no MLX extension for kernels in compile")
 def test_pytest_mtwork_runs_a_metal_projects_test_file_unchanged(tmp_path) -> None:
     with_mtwork = run_pytest(tmp_path, THIRD_PARTY, "--mtwork")
-    assert with_mtwork.get("passed") == 3, with_mtwork["output"]
+    assert with_mtwork.get("passed") == 4, with_mtwork["output"]
     assert "mtwork: mx.fast.metal_kernel runs on sim" in with_mtwork["output"] or (
         metal_available())
     if not metal_available():  # without the plugin's option, a Linux run skips them all
         plain = run_pytest(tmp_path, THIRD_PARTY)
-        assert plain.get("skipped") == 3, plain["output"]
+        assert plain.get("skipped") == 4, plain["output"]
+        # mx.gpu left as MLX's: the default device is the CPU, as a Linux run says.
+        kept = run_pytest(tmp_path, THIRD_PARTY, "--mtwork", "--mtwork-keep-gpu")
+        assert (kept.get("passed"), kept.get("failed")) == (3, 1), kept["output"]
 
 
 def test_mtwork_sanitize_finds_what_a_plain_run_lets_pass(tmp_path) -> None:

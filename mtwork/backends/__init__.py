@@ -32,9 +32,9 @@ from ..errors import BackendUnavailable
 from ..recording import record
 from ..sanitizer import SanitizerError, SanitizerWarning
 
-__all__ = ["Backend", "backends", "builds_graph", "cancel", "chosen", "compile",
-           "default_backend", "get", "hold", "log_note", "names", "recording", "register",
-           "resolve", "run", "unregister"]
+__all__ = ["Backend", "OutputMemory", "backends", "builds_graph", "cancel", "chosen",
+           "compile", "default_backend", "get", "hold", "log_note", "names", "output_memory",
+           "recording", "register", "resolve", "run", "unregister"]
 
 
 class Backend(Protocol):
@@ -57,6 +57,20 @@ class Backend(Protocol):
     def idle(self) -> None:
         """No kernel object is left: let go of what runs in the background (optional)."""
 
+    def output_memory(self, call: Dispatch, sizes: list[int]) -> list[OutputMemory | None]:
+        """Memory the call would write outputs of `sizes` bytes into without a copy, for
+        outputs of MLX's graph (optional; None for an output: MLX's own memory)."""
+
+
+class OutputMemory(Protocol):
+    """Memory a backend lends for an output of MLX's graph: `capacity` bytes at
+    `address` (page-aligned), given back by `release` when MLX frees the array."""
+
+    address: int
+    capacity: int
+
+    def release(self) -> None: ...
+
 
 Factory = Callable[[], Backend]
 
@@ -66,11 +80,12 @@ _FACTORIES: dict[str, str | Factory] = {
 }
 _instances: dict[str, Backend] = {}
 _reasons: dict[str, str | None] = {}
-# Reentrant: a kernel object collected while this thread holds it (the garbage collector
-# runs inside `get`'s import of a backend) calls `_released`, which takes it too.
-_lock = threading.RLock()
+_lock = threading.Lock()
 _entry_points_read = False
 _held = 0  # kernel objects alive (`hold`)
+# `_held`'s own lock: a kernel's finalizer may run while `_lock` is held (a collection
+# during the import `get` makes), and must not wait for it.
+_held_lock = threading.RLock()
 _recorded = threading.local()  # `recording`: this thread's list, while one is open
 
 
@@ -184,6 +199,13 @@ def builds_graph(name: str) -> bool:
     return bool(getattr(get(name), "builds_graph", False))
 
 
+def output_memory(name: str, call: Dispatch, sizes: list[int]) -> list[OutputMemory | None]:
+    """Memory backend `name` lends for outputs of `sizes` bytes of `call` (see
+    `Backend.output_memory`); all None where it lends none."""
+    lend = getattr(get(name), "output_memory", None)
+    return list(lend(call, sizes)) if lend is not None else [None] * len(sizes)
+
+
 def compile(program: Program, *, backend: str | None = None,
             options: Options | None = None) -> None:
     """Compiles `program` ahead of its first dispatch (where the backend compiles)."""
@@ -205,18 +227,19 @@ def hold(kernel: object) -> None:
     """Counts `kernel` as alive until it is collected; when the last one goes, every
     backend made so far is told it is idle (the emulator then ends its worker process)."""
     global _held
-    with _lock:
+    with _held_lock:
         _held += 1
     weakref.finalize(kernel, _released)
 
 
 def _released() -> None:
     global _held
-    with _lock:
+    with _held_lock:
         _held -= 1
-        idle = [b for b in _instances.values() if _held == 0 and hasattr(b, "idle")]
-    for backend in idle:
-        backend.idle()  # type: ignore[attr-defined]
+        last = _held == 0
+    if last:
+        for backend in [b for b in list(_instances.values()) if hasattr(b, "idle")]:
+            backend.idle()  # type: ignore[attr-defined]
 
 
 @contextlib.contextmanager

@@ -9,6 +9,7 @@ from .operation import (
     Output,
     Record,
     available,
+    give_back_freed,
     is_tracer,
     operation,
     pending,
@@ -17,4 +18,5 @@ from .operation import (
 )
 
 __all__ = ["Finish", "GraphUnavailable", "Input", "Output", "Record", "available",
-           "is_tracer", "operation", "pending", "unavailable_reason", "warn_eager"]
+           "give_back_freed", "is_tracer", "operation", "pending", "unavailable_reason",
+           "warn_eager"]

@@ -182,6 +182,9 @@ def load() -> ModuleType:
             cachedir.discard(folder)
             _build(target, compiler, flags, nanobind)
         cachedir.pin(folder)
-        module = _import(target)
+        try:
+            module = _import(target)
+        except ImportError as exc:  # e.g. a symbol this MLX's library does not export
+            raise GraphUnavailable(f"mtwork's MLX extension does not load: {exc}") from None
         _check_domain(module, nanobind)
         return module

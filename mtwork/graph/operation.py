@@ -4,10 +4,12 @@ when it evaluates them, by handing the call to `mtwork.backends.run` then.
 A call is described once (`Record`: the program, the dispatch without the memory of the
 arrays MLX passes, which buffer each input and output of the operation is) and named by
 an id in the primitive MLX keeps (`extension.cpp`); `mx.compile`'s replays reuse it with
-new inputs. When MLX evaluates the operation, `_run` gets the memory of its inputs and of
-the outputs MLX made for it, binds the inputs as they are (no copy), lets the backend
-write the fresh buffers straight into the outputs where it can (`Dispatch.into`: the
-worker process's arena is copied into them once) and copies the rest in. A writable
+new inputs. When MLX evaluates the operation, the outputs' memory is first lent by the
+backend where it can (`_place`: the emulator's memory shared with its worker, which the
+worker writes in place; given back when MLX frees the array), else MLX's own; then
+`_run` gets the memory of its inputs and outputs, binds the inputs as they are (no copy),
+lets the backend write the fresh buffers straight into the outputs where it can
+(`Dispatch.into`) and copies the rest in. A writable
 buffer bound to an MLX array (a full-source kernel that updates a buffer) is an output
 too: the input's bytes are copied into it and the kernel updates them there, so the
 caller's array keeps its values, as MLX arrays always do.
@@ -31,6 +33,7 @@ from types import ModuleType
 import mlx.core as mx
 import numpy as np
 
+from ..backends import OutputMemory, output_memory
 from ..backends import run as run_program
 from ..buffers import numpy_view, reuse_memory_for
 from ..dispatch import Bound, Completion, Dispatch, Fresh, Program
@@ -38,7 +41,8 @@ from ..dtypes import itemsize, storage_numpy_dtype
 from .build import GraphUnavailable, load
 
 __all__ = ["Finish", "GraphUnavailable", "Input", "Output", "Record", "available",
-           "is_tracer", "operation", "pending", "unavailable_reason", "warn_eager"]
+           "give_back_freed", "is_tracer", "operation", "pending", "unavailable_reason",
+           "warn_eager"]
 
 
 @dataclass(frozen=True)
@@ -80,6 +84,7 @@ class Record:
 
 
 _records: dict[int, Record] = {}
+_lent: dict[int, OutputMemory] = {}  # by token: memory MLX holds as outputs' data
 _ids = itertools.count(1)
 _lock = threading.Lock()
 _module: ModuleType | None = None
@@ -100,6 +105,7 @@ def _extension() -> ModuleType:
         _reason = str(exc)
         raise
     module.set_runner(_run)
+    module.set_placer(_place)
     _module = module
     return module
 
@@ -145,6 +151,15 @@ def _forget_released(module: ModuleType) -> None:
                 _records.pop(call_id, None)
 
 
+def _give_back(module: ModuleType) -> None:
+    """Gives back the lent memory of the arrays MLX has freed."""
+    for token in module.freed():
+        with _lock:
+            lent = _lent.pop(token, None)
+        if lent is not None:
+            lent.release()
+
+
 def pending() -> int:
     """How many calls MLX still holds operations of (a compiled function keeps its own)."""
     if _module is not None:
@@ -152,14 +167,32 @@ def pending() -> int:
     return len(_records)
 
 
+def give_back_freed() -> None:
+    """Gives the memory of outputs MLX has freed back to the backends that lent it (they
+    get it back at their next operation's evaluation anyway; memory counts want it now)."""
+    if _module is not None:
+        _give_back(_module)
+
+
+def _cpu_stream(stream: object) -> mx.Stream | None:
+    """The stream an operation runs on: the call's, if it is a CPU stream (what
+    ``mx.new_stream(mx.gpu)`` makes under interposition off a Mac), else the CPU's
+    default stream (None): the emulator's work is the CPU's."""
+    if isinstance(stream, mx.Stream) and stream.device.type == mx.DeviceType.cpu:
+        return stream
+    return None
+
+
 def operation(program: Program, call: Dispatch, backend: str, finish: Finish
               ) -> dict[int, mx.array]:
     """The buffers `call` returns, as arrays of MLX's graph, by buffer index: a bound
     ``mx.array`` is an input of the operation (and, when the kernel writes it, an output
     that starts as its bytes), a fresh buffer an output; other buffers (numpy, scalars)
-    are constants of the call. `finish` hears how each evaluation ended."""
+    are constants of the call. `finish` hears how each evaluation ended. The operation
+    runs on the call's stream where that is a CPU stream, else on the CPU's default."""
     module = _extension()
     _forget_released(module)
+    _give_back(module)
     inputs: list[Input] = []
     outputs: list[Output] = []
     arrays: list[mx.array] = []
@@ -184,7 +217,7 @@ def operation(program: Program, call: Dispatch, backend: str, finish: Finish
     for o in outputs:  # MLX's allocator keeps such outputs for the next call to reuse
         reuse_memory_for(math.prod(o.shape) * itemsize(o.dtype))
     made = module.apply(call_id, arrays, [list(o.shape) for o in outputs],
-                        [o.dtype for o in outputs])
+                        [o.dtype for o in outputs], _cpu_stream(call.stream))
     return {o.index: array for o, array in zip(outputs, made)}
 
 
@@ -199,6 +232,25 @@ def _view(address: int, shape: tuple[int, ...], strides: tuple[int, ...],
     high = sum((n - 1) * s for n, s in zip(shape, steps) if s > 0) + kind.itemsize
     raw = (ctypes.c_uint8 * (high - low)).from_address(address + low)
     return np.ndarray(shape, kind, buffer=raw, offset=-low, strides=steps)
+
+
+def _place(call_id: int, sizes: list[int]) -> list[tuple[int, int, int]]:
+    """MLX evaluates call `call_id`, whose outputs take `sizes` bytes: for each, the
+    (address, capacity, token) of memory its backend lends, or zeros for MLX's own."""
+    module = _extension()
+    _give_back(module)
+    with _lock:
+        record = _records[call_id]
+    placed = []
+    for memory in output_memory(record.backend, record.call, sizes):
+        if memory is None:
+            placed.append((0, 0, 0))
+            continue
+        token = next(_ids)
+        with _lock:
+            _lent[token] = memory
+        placed.append((memory.address, memory.capacity, token))
+    return placed
 
 
 def _run(call_id: int, inputs: list[tuple], outputs: list[tuple]) -> None:

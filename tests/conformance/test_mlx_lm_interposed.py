@@ -8,6 +8,13 @@ ops functions), else with a reference written from the algorithm with MLX's CPU 
 The modules that build kernels are imported afresh under interposition (a module builds
 its kernels when it is imported, so that is what a project does: interpose first, in its
 conftest or with ``pytest --mtwork``) and put back as they were afterwards.
+
+mlx-lm's models take their Metal path only where ``mx.default_device() == mx.gpu`` too:
+under interposition ``mx.gpu`` is the device mtwork's kernels run on, so their own entry
+points (the Gated DeltaNet layer and ``gated_delta_update``, ``ssm_update``, the RWKV7
+layer) run their kernels, which `Interposition.calls` shows; the same entry points where
+Metal looks absent (a nested ``interpose(metal_available=False)``) take the package's
+pure-MLX path, and the two agree.
 """
 
 from __future__ import annotations
@@ -29,19 +36,33 @@ pytestmark = pytest.mark.skipif(not graph.available(),
                                 reason=f"no MLX extension: {graph.unavailable_reason()}")
 
 _FRESH = ("mlx_lm.kernels", "mlx_lm.models.gated_delta", "mlx_lm.models.ssm",
-          "mlx_lm.models.rwkv7")
+          "mlx_lm.models.rwkv7", "mlx_lm.models.qwen3_next")
+
+
+class _Importer:
+    """`importlib.import_module` under an interposition (`interposition`)."""
+
+    def __init__(self, interposition: mtwork.Interposition) -> None:
+        self.interposition = interposition
+
+    def __call__(self, name: str):
+        return importlib.import_module(name)
+
+    def kernel_calls(self, prefix: str) -> int:
+        return sum(n for name, n in self.interposition.calls.items()
+                   if name.startswith(prefix))
 
 
 @pytest.fixture
 def interposed():
-    """`importlib.import_module` under `mtwork.interpose()`, for modules imported afresh."""
+    """An `_Importer` under `mtwork.interpose()`, for modules imported afresh."""
     saved = {name: module for name, module in sys.modules.items()
              if name.startswith(_FRESH)}
     for name in saved:
         del sys.modules[name]
     with mtwork.interpose(backend="sim") as interposition:
         assert mx.metal.is_available()
-        yield importlib.import_module
+        yield _Importer(interposition)
     assert not interposition.active
     for name in [n for n in sys.modules if n.startswith(_FRESH)]:
         del sys.modules[name]
@@ -170,3 +191,105 @@ def test_wkv7_kernel_against_the_layers_step_loop(interposed) -> None:
     y_ref, state_ref = rwkv7.Rwkv7TimeMixing._wkv7(layer, r, w, k, v, a, bb, state)
     _close(y, y_ref.reshape(y.shape), "wkv7 y", rtol=1e-4, atol=1e-5)
     _close(new_state, state_ref, "wkv7 state", rtol=1e-4, atol=1e-5)
+
+
+# --- models/: their own entry points, Metal path against pure-MLX path ----------------------
+
+
+def _without_metal():
+    """Where Metal looks absent: the models take their pure-MLX paths."""
+    return mtwork.interpose(backend="sim", metal_available=False)
+
+
+def _randomized(module, seed: int):
+    """`module` with every parameter drawn at random (some start at zero, which would
+    make the paths agree trivially)."""
+    from mlx.utils import tree_map
+
+    key = [mx.random.key(seed)]
+
+    def draw(p):
+        key[0], sub = mx.random.split(key[0])
+        return 0.2 * mx.random.normal(p.shape, key=sub).astype(p.dtype)
+
+    module.update(tree_map(draw, module.parameters()))
+    mx.eval(module.parameters())
+    return module
+
+
+def test_gated_delta_update_and_the_gated_deltanet_layer_take_the_metal_path(interposed):
+    gd = interposed("mlx_lm.models.gated_delta")
+    qwen3_next = interposed("mlx_lm.models.qwen3_next")
+    g = np.random.default_rng(21)
+    b, t, hk, hv, dk, dv = 1, 5, 2, 4, 64, 32
+
+    def arr(*shape, scale=1.0):
+        return mx.array(g.standard_normal(shape) * scale, dtype=mx.float32)
+
+    q, k = gd.normalize_qk(arr(b, t, hk, dk), arr(b, t, hk, dk), inv_scale=dk**-0.5,
+                           eps=1e-6)
+    v, a, beta = arr(b, t, hv, dv), arr(b, t, hv), arr(b, t, hv)
+    a_log, dt_bias, state = arr(hv, scale=0.5), arr(hv), arr(b, hv, dv, dk, scale=0.1)
+    y, final = gd.gated_delta_update(q, k, v, a, beta, a_log, dt_bias, state)
+    mx.eval(y, final)
+    assert interposed.kernel_calls("gated_delta_step") == 1, interposed.interposition.calls
+    with _without_metal():
+        y_ops, final_ops = gd.gated_delta_update(q, k, v, a, beta, a_log, dt_bias, state)
+    _close(y, y_ops, "gated_delta_update y", rtol=1e-4, atol=1e-5)
+    _close(final, final_ops, "gated_delta_update state", rtol=1e-4, atol=1e-5)
+
+    config = SimpleNamespace(hidden_size=96, linear_num_value_heads=hv,
+                             linear_num_key_heads=hk, linear_key_head_dim=dk,
+                             linear_value_head_dim=dv, linear_conv_kernel_dim=4,
+                             rms_norm_eps=1e-6)
+    layer = _randomized(qwen3_next.Qwen3NextGatedDeltaNet(config), seed=3)
+    layer.eval()  # as mlx-lm loads a model: in training its kernel is off
+    x = arr(b, t, config.hidden_size)
+    out = layer(x)
+    mx.eval(out)
+    assert interposed.kernel_calls("gated_delta_step") == 2
+    with _without_metal():
+        out_ops = layer(x)
+    _close(out, out_ops, "Qwen3NextGatedDeltaNet", rtol=1e-4, atol=1e-5)
+
+
+def test_ssm_update_takes_the_metal_path(interposed):
+    ssm = interposed("mlx_lm.models.ssm")
+    n, h, groups, dh, ds = 2, 4, 2, 16, 64
+    g = np.random.default_rng(22)
+
+    def arr(*shape, scale=1.0):
+        return mx.array(g.standard_normal(shape) * scale, dtype=mx.float32)
+
+    x, b, c = arr(n, 1, h, dh), arr(n, 1, groups, ds), arr(n, 1, groups, ds)
+    a_log = mx.array(g.uniform(-1, 1, (h,)), dtype=mx.float32)
+    d, dt, dt_bias, state = arr(h), arr(n, 1, h), arr(h), arr(n, h, dh, ds, scale=0.5)
+    y, new_state = ssm.ssm_update(x, a_log, b, c, d, dt, dt_bias, state)
+    mx.eval(y, new_state)
+    assert interposed.kernel_calls("ssm_kernel") == 1, interposed.interposition.calls
+    with _without_metal():
+        y_ops, state_ops = ssm.ssm_update(x, a_log, b, c, d, dt, dt_bias, state)
+    _close(y, y_ops, "ssm_update y", rtol=1e-4, atol=1e-5)
+    _close(new_state, state_ops, "ssm_update state", rtol=1e-4, atol=1e-5)
+
+
+def test_the_rwkv7_layer_takes_the_metal_path(interposed):
+    rwkv7 = interposed("mlx_lm.models.rwkv7")
+    from mlx_lm.models.cache import ArraysCache
+
+    args = rwkv7.ModelArgs(model_type="rwkv7", vocab_size=16, hidden_size=128,
+                           intermediate_size=256, norm_eps=1e-5, head_dim=64,
+                           num_hidden_layers=1, a_low_rank_dim=16, v_low_rank_dim=16,
+                           gate_low_rank_dim=16, decay_low_rank_dim=16)
+    layer = _randomized(rwkv7.Rwkv7TimeMixing(args, layer_idx=0), seed=4)
+    layer.eval()
+    x = mx.array(np.random.default_rng(23).standard_normal((1, 6, 128)), dtype=mx.float32)
+    cache = ArraysCache(size=2)
+    out, _ = layer(x, None, cache)
+    mx.eval(out, cache[1])
+    assert interposed.kernel_calls("wkv7_kernel") == 1, interposed.interposition.calls
+    with _without_metal():
+        cache_ops = ArraysCache(size=2)
+        out_ops, _ = layer(x, None, cache_ops)
+    _close(out, out_ops, "Rwkv7TimeMixing", rtol=1e-4, atol=1e-5)
+    _close(cache[1], cache_ops[1], "Rwkv7TimeMixing state", rtol=1e-4, atol=1e-5)

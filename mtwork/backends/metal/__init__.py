@@ -155,7 +155,7 @@ class MetalBackend:
             output_dtypes=[o.dtype for _, o in outputs],  # type: ignore[union-attr]
             grid=call.geometry.grid, threadgroup=call.geometry.threadgroup,
             template=list(form.template) if form.template else None,
-            init_value=next(iter(fills)) if fills else None)
+            init_value=next(iter(fills)) if fills else None, stream=call.stream)
 
         def finish(results: list[mx.array]) -> Completion:
             return Completion({index: out for (index, _), out in zip(outputs, results)})
@@ -192,7 +192,7 @@ class MetalBackend:
         inputs = [(p, carriers[aliases.get(p.name, p.name)]) for p in bound.values()]
         arguments = dict(inputs=list(carriers.values()), output_shapes=[(1,)],
                          output_dtypes=[mx.float32], grid=call.geometry.grid,
-                         threadgroup=call.geometry.threadgroup)
+                         threadgroup=call.geometry.threadgroup, stream=call.stream)
 
         def finish(results: list[mx.array]) -> Completion:
             mx.eval(results)

@@ -44,6 +44,7 @@ from .run import abi, runtime
 from .run.isolation import Isolated, isolate_by_default
 from .run.logbuffer import LogBuffer, RawLog, borrowed, buffer_size
 from .run.memory import Memory
+from .run.shared import SharedBlock, SharedHeap, heap
 
 __all__ = ["SimBackend"]
 
@@ -164,13 +165,38 @@ class SimBackend:
         self._isolated.start()  # a new worker imports while this process compiles
         compiled = self.compile(program, sanitize=call.options.sanitize is not None,
                                 profile=call.options.profile)  # compile errors come here
+        raw: list[RawLog | None] = [None]
         try:
-            done = self._isolated.dispatch(program, call)
+            done = self._isolated.dispatch(program, call, on_log=lambda log: raw.__setitem__(
+                0, log))
         except KernelFault as fault:
-            raise _told(fault, self._kernel_log(program, compiled, call,
-                                                self._isolated.last_log())) from None
-        done.log = self._kernel_log(program, compiled, call, self._isolated.last_log())
+            raise _told(fault, self._kernel_log(program, compiled, call, raw[0])) from None
+        done.log = self._kernel_log(program, compiled, call, raw[0])
         return done
+
+    def output_memory(self, call: Dispatch, sizes: list[int]) -> list[SharedBlock | None]:
+        """Memory for the outputs of an operation of MLX's graph that the call writes
+        without a copy: blocks of the memory shared with the worker for an isolated call
+        (None, MLX's own memory, for one in this process, for empty outputs, and where
+        the system has no shared memory to give: the output is then copied)."""
+        isolate = call.options.isolate
+        if isolate is None:
+            isolate = isolate_by_default()
+        if not isolate:
+            return [None] * len(sizes)
+        shared, lent = heap(), []
+        for n in sizes:
+            try:
+                lent.append(shared.allocate(n) if n else None)
+            except OSError:
+                lent.append(None)
+        return lent
+
+    @property
+    def shared_memory(self) -> SharedHeap:
+        """The memory shared with the worker: its bytes in use (arrays, running calls),
+        at the most so far, kept for reuse, and the limit of what is kept."""
+        return heap()
 
     def idle(self) -> None:
         """No kernel is left: the worker ends after `IDLE_SECONDS` unless one is used."""

@@ -1,13 +1,17 @@
-"""The emulator's worker process: runs kernels on the arena it shares with mtwork.
+"""The emulator's worker process: runs kernels on the memory it shares with mtwork.
 
 Started by `run.isolation.Isolated`, which runs `main(FD)` in a new interpreter, where FD
 is its end of a Unix socket. Each request names a kernel (its `Program`, sent once, then
-a token) and a plan (the dispatch's geometry and options and where every buffer sits in
-the arena, sent once, then an id), and the ids mtwork no longer uses; the reply is the
-buffers written, the sanitizer's report, the threadgroup memory used, the engine that ran
-it and the profiler's counters, or the exception the dispatch raised. Guard pages around
-the buffers are inaccessible while a plan's calls run, so a write past a buffer's end
-faults at once. $MTWORK_WORKER_PROFILE names a file for the worker's cProfile statistics
+a token) and a plan (the dispatch's geometry and options, where every buffer sits in the
+shared segments, what to open and zero; sent once, then an id), the ids mtwork no longer
+uses, the segments whose file descriptors come with it and the segments mtwork unmapped;
+the reply is the buffers written, the sanitizer's report, the threadgroup memory used, the
+engine that ran it and the profiler's counters, or the exception the dispatch raised. The
+kernel's messages go to the log the plan names, in shared memory, where mtwork reads them
+(also when this process died).
+Only the blocks a dispatch uses are accessible while it runs (`run.arena.WorkerMemory`),
+so a write past a buffer's end, or into memory of another array, faults at once.
+$MTWORK_WORKER_PROFILE names a file for the worker's cProfile statistics
 (`bench/isolation_profile.py`).
 """
 
@@ -25,31 +29,37 @@ import numpy as np
 from ...dispatch import Bound, Dispatch, Fresh, Geometry, Options, Program
 from ...errors import KernelFault
 from . import SimBackend
-from .run.arena import Arena, Placement
+from .run.arena import Placement, Range, WorkerMemory
 from .run.channel import ChannelClosed, receive, send
-from .run.logbuffer import HEADER_BYTES
 
-Plan = tuple[Geometry, Options, float, tuple[tuple[int, int], ...], tuple[int, ...],
-             tuple[tuple[int, Placement, tuple], ...], tuple[int, int]]
+Plan = tuple[Geometry, Options, float, tuple[tuple[int, int], ...], frozenset[Range],
+             tuple[Range, ...], tuple[tuple[int, Placement, tuple], ...], Placement | None]
 
 
 class _Worker:
     """The kernels and plans mtwork has sent, and what each plan's calls reuse: its
-    `Dispatch` over views of the arena as it is mapped now."""
+    `Dispatch` over views of the shared memory."""
 
     def __init__(self) -> None:
         self.backend = SimBackend()
-        self.arena = Arena()
+        self.memory = WorkerMemory()
         self.programs: dict[int, Program] = {}
         self.plans: dict[int, Plan] = {}
         self.calls: dict[int, tuple[Dispatch, dict[int, np.ndarray], np.ndarray | None]] = {}
 
-    def attach(self, fd: int) -> None:
-        self.calls.clear()  # their views are of the old mapping
-        self.arena.attach(fd)
+    def segments(self, new: tuple[int, ...], fds: list[int], gone: tuple[int, ...]) -> None:
+        """Maps the segments whose descriptors came (`new`), unmaps those mtwork let go."""
+        if len(fds) != len(new):
+            raise RuntimeError(f"expected {len(new)} shared segments, got {len(fds)}")
+        if gone:
+            self.calls.clear()  # views of an unmapped segment must go first
+            for segment in gone:
+                self.memory.detach(segment)
+        for segment, fd in zip(new, fds):
+            self.memory.attach(segment, fd)
 
     def run(self, request: tuple) -> tuple:
-        token, program, plan_id, plan, forget = request
+        token, program, plan_id, plan, forget, _new, _gone = request
         for old in forget:
             self.programs.pop(old, None)
             self.plans.pop(old, None)
@@ -59,7 +69,8 @@ class _Worker:
         if plan is not None:
             self.plans[plan_id] = plan
         call, views, log = self.calls.get(plan_id) or self._prepare(plan_id)
-        self.arena.guard(self.plans[plan_id][4])
+        _, _, _, _, opened, zeroed, _, _ = self.plans[plan_id]
+        self.memory.open(opened, zeroed)
         done = self.backend.dispatch_here(self.programs[token], call,
                                           place=lambda i, _fresh: views[i], log_memory=log)
         engine = done.engine
@@ -69,11 +80,11 @@ class _Worker:
 
     def _prepare(self, plan_id: int
                  ) -> tuple[Dispatch, dict[int, np.ndarray], np.ndarray | None]:
-        geometry, options, timeout, threadgroup_memory, _, placed, log = self.plans[plan_id]
+        geometry, options, timeout, threadgroup_memory, _, _, placed, log = self.plans[plan_id]
         views: dict[int, np.ndarray] = {}
         buffers: dict[int, Bound | Fresh] = {}
         for index, placement, spec in placed:
-            views[index] = placement.view(self.arena.map)  # type: ignore[arg-type]
+            views[index] = self.memory.view(placement)
             if spec[0] == "fresh":
                 buffers[index] = spec[1]
             else:
@@ -82,10 +93,7 @@ class _Worker:
                                        contiguous=False)
         call = Dispatch(buffers, geometry, dataclasses.replace(options, timeout=timeout),
                         dict(threadgroup_memory))
-        # The log lies in the arena: mtwork reads it, whatever becomes of this process.
-        log_at, log_room = log
-        log_view = (np.frombuffer(self.arena.map, np.uint8, count=HEADER_BYTES + log_room,
-                                  offset=log_at) if log_room else None)
+        log_view = self.memory.view(log) if log is not None else None
         self.calls[plan_id] = call, views, log_view
         return call, views, log_view
 
@@ -110,9 +118,8 @@ def main(fd: int) -> None:
             request, fds = receive(sock)
         except ChannelClosed:
             return
-        if fds:
-            worker.attach(fds[0])
         try:
+            worker.segments(request[5], fds, request[6])
             send(sock, ("ok", worker.run(request)))
         except Exception as exc:  # noqa: BLE001 - every failure goes back to mtwork
             _reply_error(sock, exc)

@@ -1,6 +1,6 @@
 """The messages between mtwork and the emulator's worker process, over a Unix socket:
-pickled objects, each behind its length, with file descriptors (the shared arena) passed
-alongside when there are any."""
+pickled objects, each behind its length, with file descriptors (shared memory segments)
+passed alongside when there are any."""
 
 from __future__ import annotations
 
@@ -9,10 +9,13 @@ import socket
 import struct
 from typing import Any
 
-__all__ = ["PLANS_KEPT", "PROGRAMS_KEPT", "ChannelClosed", "receive", "send"]
+__all__ = ["MAX_FDS", "PLANS_KEPT", "PROGRAMS_KEPT", "ChannelClosed", "receive", "send"]
 
 _HEADER = struct.Struct("!Q")
 _FIRST_READ = 4096  # bytes: a request or reply of a cached call, and its header
+# File descriptors one message may carry: a segment for each of a call's buffers (Metal
+# has 31 slots) and its staging blocks.
+MAX_FDS = 64
 
 # How many kernel descriptions and call plans the worker keeps by default, by id: mtwork
 # tells it which ones to let go, so both sides hold the same ones.
@@ -48,7 +51,7 @@ def _exactly(sock: socket.socket, n: int) -> bytes:
 def receive(sock: socket.socket) -> tuple[Any, list[int]]:
     """The next message and the file descriptors that came with it. One read takes a
     small message whole: the two sides take turns, so nothing follows it."""
-    data, fds, _flags, _addr = socket.recv_fds(sock, _FIRST_READ, 4)
+    data, fds, _flags, _addr = socket.recv_fds(sock, _FIRST_READ, MAX_FDS)
     if not data:
         raise ChannelClosed("the other side closed the channel")
     if len(data) < _HEADER.size:

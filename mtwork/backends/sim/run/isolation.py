@@ -4,12 +4,15 @@ down: a crash, heap corruption, `exit()`, `abort()` or a hang ends the worker, b
 
 The worker (`worker.py`) is a new interpreter that imports it (never a fork or a spawn
 that re-runs the caller's script) in its own session (so a terminal's Ctrl-C reaches
-mtwork, which then ends the worker at once). Buffers travel through a shared `Arena`:
-mtwork copies the inputs in and the written buffers out; messages are small pickles over
-a Unix socket (`channel.py`). A kernel's description is sent once and named by a token
-afterwards; so is a call's plan (its geometry, options and where each buffer sits in the
-arena), so that a repeated call sends a few integers and the worker reuses what it built
-for the plan. Compiling happens here, in mtwork's process: no kernel code runs in it.
+mtwork, which then ends the worker at once). Buffers are shared memory (`shared.py`):
+memory that already is (an earlier kernel's output, the MLX output the call writes) is
+used where it is; other inputs are copied into staging blocks and the written ones out
+(`placement.py`); messages are small pickles over a Unix socket (`channel.py`), each
+segment's file descriptor sent with the first message that uses it. A kernel's
+description is sent once and named by a token afterwards; so is a call's plan (its
+geometry, options and where each buffer sits), so that a repeated call sends a few
+integers and the worker reuses what it built for the plan. Compiling happens here, in
+mtwork's process: no kernel code runs in it.
 
 The worker's lifecycle is kept here rather than in an executor library: a call's round
 trip over this socket is about 30 µs, over loky's reusable executor about 380 µs, and a
@@ -20,9 +23,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import ctypes
 import itertools
-import math
 import os
 import select
 import signal
@@ -33,23 +34,17 @@ import threading
 import weakref
 from collections import OrderedDict
 from collections.abc import Callable
-from dataclasses import dataclass
-from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-import mlx.core as mx
-import numpy as np
-
-from ....buffers import byte_span, numpy_view, to_mx
 from ....cachedir import cache_dir
-from ....dispatch import BodyForm, Bound, Completion, Dispatch, Engine, Fresh, Program
-from ....dtypes import storage_numpy_dtype
+from ....dispatch import BodyForm, Completion, Dispatch, Engine, Program
 from ....errors import KernelCancelled, KernelFault, KernelTimeout
 from . import runtime
-from .arena import PAGE, Arena, Placement, layout
 from .channel import PLANS_KEPT, PROGRAMS_KEPT, ChannelClosed, receive, send
 from .logbuffer import HEADER_BYTES, LogBuffer, RawLog, buffer_size
+from .placement import Placed, place
+from .shared import SharedBlock, SharedHeap, heap
 
 __all__ = ["Isolated", "isolate_by_default"]
 
@@ -68,59 +63,6 @@ def isolate_by_default() -> bool:
         return True
     raise ValueError(f"MTWORK_ISOLATE must be 1 (isolated, the default) or 0 (in-process), "
                      f"got {os.environ['MTWORK_ISOLATE']!r}")
-
-
-# How the kernel sees a buffer's bytes: (nbytes spanned, offset of element 0 in them,
-# shape, byte strides, numpy dtype).
-Span = tuple[int, int, tuple[int, ...], tuple[int, ...], str]
-
-
-def _source(buf: Bound) -> tuple[np.ndarray, int, Span]:
-    """The view whose bytes to copy for a bound buffer (kept alive while they are copied),
-    the address they start at, and how the kernel sees them."""
-    view = numpy_view(buf.array)
-    if buf.contiguous or view.ndim == 0:
-        view = np.ascontiguousarray(view)
-    if view.flags.c_contiguous:  # its bytes start at element 0
-        return view, view.ctypes.data, (view.nbytes, 0, view.shape, view.strides,
-                                        view.dtype.str)
-    lo, hi = byte_span(view)
-    return view, lo, (hi - lo, view.ctypes.data - lo, view.shape, view.strides,
-                      view.dtype.str)
-
-
-def _owners(indices: list[int], spans: dict[int, Span],
-            addresses: dict[int, int]) -> tuple[int, ...]:
-    """For each buffer, the buffer whose arena memory it uses: itself, or the first bound
-    buffer over the very same memory (one buffer bound at several indices is one buffer
-    in the arena too, as one MTLBuffer is)."""
-    first: dict[tuple[int, int], int] = {}
-    owners = []
-    for index in indices:
-        nbytes = spans[index][0]
-        if index in addresses and nbytes:  # the source spans the caller's very bytes
-            owners.append(first.setdefault((addresses[index], nbytes), index))
-        else:
-            owners.append(index)
-    return tuple(owners)
-
-
-@lru_cache(maxsize=1024)
-def _fresh_span(shape: tuple[int, ...], dtype: mx.Dtype) -> Span:
-    dt = np.dtype(storage_numpy_dtype(dtype))
-    return math.prod(shape) * dt.itemsize, 0, shape, _c_strides(shape, dt.itemsize), dt.str
-
-
-@dataclass(frozen=True)
-class _Plan:
-    """Where a call's buffers sit in the arena (by buffer index), how big the arena must
-    be, the plan as the worker is sent it, and where the dispatch's log is (its offset,
-    and its room for records: 0 for none)."""
-
-    placements: dict[int, Placement]
-    size: int
-    message: tuple
-    log: tuple[int, int] = (0, 0)
 
 
 class _Kept:
@@ -162,13 +104,12 @@ class Isolated:
         self._lock = threading.Lock()
         self._proc: subprocess.Popen | None = None
         self._sock: socket.socket | None = None
-        self._arena = Arena()
-        self._arena_sent = False
+        self._sent: set[int] = set()  # the segments the worker has mapped
         self._programs = _Kept(programs_kept)
         self._plans = _Kept(plans_kept)
         self._ids = itertools.count()
         self._cancelled = False
-        self._log: tuple[int, int] = (0, 0)  # the last dispatch's log: offset, room
+        self._log: SharedBlock | None = None  # where dispatches' logs go, reused
         self._idle_timer: threading.Timer | None = None
         # Ended before the interpreter tears down: no worker left running, no socket open.
         atexit.register(_close_if_alive, weakref.ref(self))
@@ -200,7 +141,7 @@ class Isolated:
             stdin=subprocess.DEVNULL)
         child.close()
         self._sock = parent
-        self._arena_sent = False
+        self._sent.clear()
         self._programs.clear()
         self._plans.clear()
 
@@ -232,11 +173,14 @@ class Isolated:
             proc.kill()
 
     def close(self) -> None:
-        """Ends the worker (given a second to end by itself) and frees the arena."""
+        """Ends the worker (given a second to end by itself). The shared memory stays:
+        arrays may still use it (a next worker maps it again)."""
         self._cancel_idle()
         with self._lock:
             self._stop(grace=1.0)
-            self._arena.close()
+            if self._log is not None:
+                self._log.release()
+                self._log = None
 
     def close_when_idle(self, seconds: float) -> None:
         """Ends the worker in `seconds` unless a dispatch comes first (a process whose
@@ -261,7 +205,11 @@ class Isolated:
 
     # --- one dispatch --------------------------------------------------------------------
 
-    def dispatch(self, program: Program, call: Dispatch) -> Completion:
+    def dispatch(self, program: Program, call: Dispatch,
+                 on_log: Callable[[RawLog | None], None] | None = None) -> Completion:
+        """Runs the call in the worker. `on_log` hears the dispatch's messages (None: it
+        kept none) when it ends, whichever way (the log lies in shared memory, which
+        outlives the worker), before another dispatch can write there."""
         # The watchdog's limit is read here, where the caller's environment is: a worker
         # keeps the environment it started with.
         timeout = call.options.timeout or runtime.default_timeout()
@@ -269,80 +217,93 @@ class Isolated:
         with self._lock:
             self._cancelled = False
             self._ensure_started()
-            request, placements = self._request(program, call, timeout)
-            fds = [] if self._arena_sent else [self._arena.fd]
+            shared = heap()  # this process's (a forked child has its own)
+            request, placed, fds = self._request(program, call, timeout, shared)
             try:
-                send(self._sock, request, fds)  # type: ignore[arg-type]
-                self._arena_sent = True
-                reply = self._wait(program, timeout)
-            except KeyboardInterrupt:
-                self._stop()
-                raise
-            except (ChannelClosed, OSError):
-                status = self._stop()
-                # The next call's worker, importing while the caller looks (if it cannot
-                # start now, the next call says why).
-                with contextlib.suppress(OSError):
-                    self._start()
-                if self._cancelled:
-                    raise KernelCancelled(program.label, "stopped before it ended") from None
-                raise KernelFault(program.label, _death(status)) from None
-            return self._completion(reply, placements, call,
-                                    as_mx=isinstance(program.form, BodyForm))
+                return self._run(program, call, timeout, shared, request, placed, fds)
+            finally:
+                if on_log is not None:
+                    on_log(self._read_log(shared, placed))
 
-    def _request(self, program: Program, call: Dispatch, timeout: float
-                 ) -> tuple[tuple, dict[int, Placement]]:
-        """The message for the worker, with every buffer placed in the arena (copied in
-        for bound ones), and where each buffer is, to copy the written ones back. A call
-        like an earlier one (same geometry, options, buffer shapes and aliasing) reuses
-        its plan."""
-        indices = sorted(call.buffers)
-        sources: dict[int, tuple[np.ndarray, int]] = {}
-        spans: dict[int, Span] = {}
-        shapes = []
-        for index in indices:
-            buf = call.buffers[index]
-            if isinstance(buf, Fresh):
-                spans[index] = _fresh_span(tuple(buf.shape), buf.dtype)
-                shapes.append(buf)
-            else:
-                view, address, spans[index] = _source(buf)
-                sources[index] = view, address
-                shapes.append((spans[index], buf.dtype, buf.writable))
-        owners = _owners(indices, spans, {i: a for i, (_, a) in sources.items()})
-        log_room = 0 if call.options.log is False else buffer_size()
-        # The plan does not depend on the kernel: calls of several kernels share it.
-        key = (call.geometry, call.options, timeout,
-               tuple(sorted(call.threadgroup_memory.items())), tuple(indices), tuple(shapes),
-               owners, log_room)
-        kept_plan = self._plans.get(key)
-        plan = (kept_plan[1] if kept_plan is not None
-                else _plan(call, indices, spans, owners, timeout, log_room))
-        if self._arena.grow(plan.size):
-            self._arena_sent = False
-        self._log = plan.log
-        if log_room:  # empty before the worker writes: a worker that dies leaves no old log
-            LogBuffer.over(self._arena.map, *plan.log).reset()
-        for index, owner in zip(indices, owners):
-            if index in sources and owner == index:
-                p = plan.placements[index]
-                ctypes.memmove(self._arena.address(p.start), sources[index][1], p.nbytes)
-        # Nothing may fail between naming what the worker is sent and sending it.
-        forget: list[int] = []
-        token, new_program = self._programs.use(program, self._programs.get(program), None,
-                                                self._ids.__next__, forget)
-        plan_id, new_plan = self._plans.use(key, kept_plan, plan, self._ids.__next__, forget)
+    def _run(self, program: Program, call: Dispatch, timeout: float, shared: SharedHeap,
+             request: tuple, placed: Placed, fds: list[int]) -> Completion:
+        """Sends the request and makes the completion of the reply (lock held)."""
+        try:
+            send(self._sock, request, fds)  # type: ignore[arg-type]
+            self._sent |= placed.segments
+            reply = self._wait(program, timeout)
+        except KeyboardInterrupt:
+            placed.release()
+            self._stop()
+            raise
+        except (ChannelClosed, OSError):
+            placed.release()
+            status = self._stop()
+            # The next call's worker, importing while the caller looks (if it cannot
+            # start now, the next call says why).
+            with contextlib.suppress(OSError):
+                self._start()
+            if self._cancelled:
+                raise KernelCancelled(program.label, "stopped before it ended") from None
+            raise KernelFault(program.label, _death(status)) from None
+        except BaseException:
+            placed.release()
+            raise
+        return self._completion(reply, placed, call, shared,
+                                as_mx=isinstance(program.form, BodyForm))
+
+    def _request(self, program: Program, call: Dispatch, timeout: float, shared: SharedHeap
+                 ) -> tuple[tuple, Placed, list[int]]:
+        """The message for the worker, with every buffer placed in shared memory
+        (`placement.place`), and the file descriptors of the segments the worker has not
+        mapped yet. A call like an earlier one (same geometry, options, buffers and
+        placements) reuses its plan."""
+        placed = place(shared, call)
+        try:
+            room = 0 if call.options.log is False else buffer_size()
+            if room:
+                placed.with_log(self._log_block(shared, HEADER_BYTES + room),
+                                HEADER_BYTES + room)
+                # Emptied before the worker writes: a worker that dies leaves no old log.
+                LogBuffer(shared.segment(placed.log.segment).mapping.view(placed.log)).reset()
+            new = sorted(placed.segments - self._sent)
+            fds = [shared.segment(s).mapping.fd for s in new]
+            # The plan does not depend on the kernel: calls of several kernels share it.
+            plan = (call.geometry, call.options, timeout,
+                    tuple(sorted(call.threadgroup_memory.items())), placed.opened,
+                    placed.zeroed, placed.worker_buffers(call), placed.log)
+            kept_plan = self._plans.get(plan)
+            # Nothing may fail between naming what the worker is sent and sending it.
+            forget: list[int] = []
+            token, new_program = self._programs.use(program, self._programs.get(program),
+                                                    None, self._ids.__next__, forget)
+            plan_id, new_plan = self._plans.use(plan, kept_plan, None, self._ids.__next__,
+                                                forget)
+        except BaseException:
+            placed.release()
+            raise
+        gone = shared.take_forgotten()
+        self._sent -= set(gone)
         request = (token, program if new_program else None, plan_id,
-                   plan.message if new_plan else None, tuple(forget))
-        return request, plan.placements
+                   plan if new_plan else None, tuple(forget), tuple(new), tuple(gone))
+        return request, placed, fds
 
-    def last_log(self) -> RawLog | None:
-        """The messages of the last dispatch, read from the arena (also when its worker
-        died); None when it kept no log."""
-        offset, room = self._log
-        if not room or self._arena.map is None:
+    def _log_block(self, shared: SharedHeap, nbytes: int) -> SharedBlock:
+        """The block dispatches' logs go to: kept from call to call (its range stays
+        open in the worker), made anew for another size or heap (a forked child's)."""
+        block = self._log
+        if block is None or block.heap is not shared or block.nbytes != nbytes:
+            if block is not None and block.heap is shared:
+                block.release()
+            block = self._log = shared.allocate(nbytes)
+        return block
+
+    @staticmethod
+    def _read_log(shared: SharedHeap, placed: Placed) -> RawLog | None:
+        """The messages of the dispatch `placed` was for, from shared memory."""
+        if placed.log is None:
             return None
-        return LogBuffer.over(self._arena.map, offset, room).read()
+        return LogBuffer(shared.segment(placed.log.segment).mapping.view(placed.log)).read()
 
     def _wait(self, program: Program, limit: float) -> Any:
         grace = min(max(limit, _GRACE_BOUNDS[0]), _GRACE_BOUNDS[1])
@@ -355,31 +316,16 @@ class Isolated:
         reply, _ = receive(self._sock)  # type: ignore[arg-type]
         return reply
 
-    def _completion(self, reply: Any, placements: dict[int, Placement], call: Dispatch,
+    def _completion(self, reply: Any, placed: Placed, call: Dispatch, shared: SharedHeap,
                     as_mx: bool) -> Completion:
-        """The written buffers copied out of the arena: into the caller's writable numpy
-        arrays, or the memory `call.into` gives, else into new arrays (``mx.array`` ones
-        when `as_mx`: a body-form kernel returns those, and one copy is cheaper than
-        two)."""
+        """The written buffers, copied out of staging blocks where they were staged
+        (`Placed.finish`)."""
         kind, value = reply
         if kind == "error":
+            placed.release()
             raise value
         written, report, used, engine, why, counters = value
-        buffers = {}
-        for index in written:
-            arena_view = placements[index].view(self._arena.map)  # type: ignore[arg-type]
-            buf = call.buffers[index]
-            if isinstance(buf, Bound) and isinstance(buf.array, np.ndarray) and buf.writable:
-                np.copyto(buf.array, arena_view)
-                buffers[index] = buf.array
-            elif index in call.into:  # an output of MLX's graph: one copy, into it
-                np.copyto(call.into[index], arena_view)
-                buffers[index] = call.into[index]
-            elif as_mx and isinstance(buf, Fresh):
-                buffers[index] = to_mx(arena_view, buf.dtype)
-            else:
-                buffers[index] = np.array(arena_view)
-            del arena_view
+        buffers = placed.finish(shared, written, call, as_mx)
         return Completion(buffers, report, used, Engine(engine, why), counters)
 
 
@@ -393,40 +339,6 @@ def _close_if_alive(ref: weakref.ref[Isolated]) -> None:
     isolated = ref()
     if isolated is not None:
         isolated.close()
-
-
-def _plan(call: Dispatch, indices: list[int], spans: dict[int, Span], owners: tuple[int, ...],
-          timeout: float, log_room: int) -> _Plan:
-    """Where each buffer of `call` goes in the arena (its log, of `log_room` bytes of
-    records, after them), and the plan the worker is sent."""
-    placed = sorted(set(owners))
-    starts, guards, log_at = layout(tuple(spans[i][0] for i in placed))
-    size = log_at + -(-(HEADER_BYTES + log_room) // PAGE) * PAGE if log_room else log_at
-    start_of = dict(zip(placed, starts))
-    placements = {i: Placement(start_of[owner], *spans[i]) for i, owner in zip(indices, owners)}
-    # Sanitized, every access is checked before it happens (an out-of-bounds read is
-    # reported, then goes on): guard pages would turn those reads into faults.
-    message = (call.geometry, call.options, timeout,
-               tuple(sorted(call.threadgroup_memory.items())),
-               () if call.options.sanitize else guards,
-               tuple((i, placements[i], _spec(call.buffers[i])) for i in indices),
-               (log_at, log_room))
-    return _Plan(placements, size, message, (log_at, log_room))
-
-
-def _c_strides(shape: tuple[int, ...], itemsize: int) -> tuple[int, ...]:
-    strides, step = [], itemsize
-    for n in reversed(shape):
-        strides.append(step)
-        step *= max(n, 1)
-    return tuple(reversed(strides))
-
-
-def _spec(buf: Bound | Fresh) -> tuple:
-    """What the worker needs to rebuild a buffer besides its bytes."""
-    if isinstance(buf, Fresh):
-        return ("fresh", buf)
-    return ("bound", buf.dtype, buf.writable)
 
 
 def _death(status: int | None) -> str:
