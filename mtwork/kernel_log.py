@@ -24,7 +24,7 @@ import sys
 import threading
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, NamedTuple
 
 from .display import bytes_text, count_text, html_table, text_table
 
@@ -37,8 +37,7 @@ SHOWN = 20  # messages a printed log shows
 SHOWN_HTML = 200  # rows of its HTML table
 
 
-@dataclass(frozen=True)
-class LogMessage:
+class LogMessage(NamedTuple):
     """One message: the thread that wrote it (`threadgroup` is
     threadgroup_position_in_grid, `thread` thread_position_in_threadgroup, `grid`
     thread_position_in_grid, `index` thread_index_in_threadgroup, with its `simdgroup` and

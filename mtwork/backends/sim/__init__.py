@@ -42,7 +42,7 @@ from .engine import Engines, FastLibrary, check_same
 from .report import findings, logs, profiling
 from .run import abi, runtime
 from .run.isolation import Isolated, isolate_by_default
-from .run.logbuffer import LogBuffer, RawLog, borrowed, buffer_size
+from .run.logbuffer import LogBuffer, RawLog, buffer_size, give, take
 from .run.memory import Memory
 from .run.shared import SharedBlock, SharedHeap, heap
 
@@ -165,13 +165,15 @@ class SimBackend:
         self._isolated.start()  # a new worker imports while this process compiles
         compiled = self.compile(program, sanitize=call.options.sanitize is not None,
                                 profile=call.options.profile)  # compile errors come here
+        logs = call.options.log is not False and compiled.library.logs
         raw: list[RawLog | None] = [None]
         try:
-            done = self._isolated.dispatch(program, call, on_log=lambda log: raw.__setitem__(
-                0, log))
+            done = self._isolated.dispatch(program, call, buffer_size() if logs else 0,
+                                           on_log=lambda log: raw.__setitem__(0, log))
         except KernelFault as fault:
             raise _told(fault, self._kernel_log(program, compiled, call, raw[0])) from None
-        done.log = self._kernel_log(program, compiled, call, raw[0])
+        done.log = (self._kernel_log(program, compiled, call, raw[0]) if logs
+                    else None if call.options.log is False else KernelLog(program.label))
         return done
 
     def output_memory(self, call: Dispatch, sizes: list[int]) -> list[SharedBlock | None]:
@@ -224,29 +226,37 @@ class SimBackend:
         this process, read into the completion (and into a fault's error)."""
         if call.options.log is False:
             return self._dispatch(program, call, place, None)
+        if not self._compiled_for(program, call).library.logs:
+            done = self._dispatch(program, call, place, None)  # as if logging did not exist
+            done.log = KernelLog(program.label)
+            return done
         if log_memory is not None:
             return self._dispatch(program, call, place, LogBuffer(log_memory))
-        with borrowed(buffer_size()) as log:
-            try:
-                done = self._dispatch(program, call, place, log)
-            except KernelFault as fault:
-                raise _told(fault, self._kernel_log(program, self._compiled_for(program, call),
-                                                    call, log.read())) from None
-            done.log = self._kernel_log(program, self._compiled_for(program, call), call,
-                                        log.read())
+        log = take(buffer_size())
+        try:
+            done = self._dispatch(program, call, place, log)
+        except KernelFault as fault:
+            raise _told(fault, self._kernel_log(program, None, call, log.read())) from None
+        else:
+            done.log = self._kernel_log(program, None, call, log.read())
             return done
+        finally:
+            give(log)
 
     def _compiled_for(self, program: Program, call: Dispatch) -> _Compiled:
         return self.compile(program, sanitize=call.options.sanitize is not None,
                             profile=call.options.profile)
 
-    @staticmethod
-    def _kernel_log(program: Program, compiled: _Compiled, call: Dispatch,
+    def _kernel_log(self, program: Program, compiled: _Compiled | None, call: Dispatch,
                     raw: RawLog | None) -> KernelLog | None:
-        """The dispatch's log in the author's terms (None: it kept none)."""
+        """The dispatch's log in the author's terms (None: it kept none); `compiled`
+        (None: looked up, when there are messages to place) gives the source lines."""
         if raw is None:
             return None
-        return logs.kernel_log(raw, program.label, compiled.translation, call.geometry)
+        if raw.messages and compiled is None:
+            compiled = self._compiled_for(program, call)
+        translation = compiled.translation if compiled is not None else None
+        return logs.kernel_log(raw, program.label, translation, call.geometry)
 
     def _engine_choice(self, program: Program, compiled: _Compiled, call: Dispatch,
                        log: LogBuffer | None) -> tuple[bool, FastLibrary | None, str]:

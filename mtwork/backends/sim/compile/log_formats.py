@@ -25,7 +25,8 @@ _CONSTEVAL = re.compile(r"error: call to consteval function "
 _STRING = r'&"((?:[^"\\]|\\.)*)"\[0\]'
 _REFUSED = re.compile(rf"note: in call to 'refuse\({_STRING}, {_STRING}, (\d+)\)'")
 _NOT_LITERAL = re.compile(r"error: conversion function from '[^']*' to "
-                          r"'[^']*checked<[^']*>' invokes a deleted function: (.*)$")
+                          r"'[^']*checked<[^']*>'(?: \(aka '[^']*'\))? invokes a deleted "
+                          r"function: (.*)$")
 _CONVERSION = re.compile(r"%[-+ #0]*(?:\*|\d+)?(?:\.(?:\*|\d*))?(?:v\d*)?"
                          r"(?:hh|hl|ll|[hljztLq])?.?")
 _ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "0": "\0", '"': '"', "\\": "\\", "'": "'"}

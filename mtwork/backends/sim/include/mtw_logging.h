@@ -173,9 +173,25 @@ MTW_INLINE mtw_log_arg pack(const T& v) {
   return a;
 }
 
+// Defined (and kept) in a kernel library only when a logging call is compiled into it:
+// mtwork looks this symbol up to give a dispatch a log only where a message can come
+// (run/runtime.py), so a kernel that does not log runs as if logging did not exist.
+template <typename = void>
+struct logs {
+  static const char marker;
+};
+template <typename T>
+__attribute__((used, visibility("default"))) const char logs<T>::marker = 1;
+// `logs<void>`, named through the call's argument types so that only a call makes it.
+template <typename T, typename...>
+struct first_of {
+  using type = T;
+};
+
 template <typename... Args>
 MTW_INLINE void emit(uint32_t level, const char* subsystem, const char* category,
                      const checked<Args...>& format, const Args&... args) {
+  (void)&logs<typename first_of<void, Args...>::type>::marker;
   if constexpr (sizeof...(Args) == 0) {
     mtw_log_message(level, subsystem, category, format.text, format.file, format.line,
                     nullptr, 0);

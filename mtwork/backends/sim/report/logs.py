@@ -30,21 +30,27 @@ def _place(places: Places, message: RawMessage,
     return known[key]
 
 
-def kernel_log(raw: RawLog, kernel: str, tu: Translation, geometry: Geometry,
+def kernel_log(raw: RawLog, kernel: str, tu: Translation | None, geometry: Geometry,
                note: str = "") -> KernelLog:
-    """The `KernelLog` of `raw`, the records of one dispatch of `kernel`."""
+    """The `KernelLog` of `raw`, the records of one dispatch of `kernel` compiled as
+    `tu` (needed only when there are messages)."""
+    if not raw.messages:  # what most dispatches give: nothing to place
+        return KernelLog(kernel, (), dropped=raw.dropped, capacity=raw.capacity,
+                         truncated=raw.truncated, incomplete=raw.incomplete, note=note)
+    if tu is None:
+        raise ValueError("placing a log's messages needs the kernel's translation unit")
     places = Places(tu, {})
     known: dict[tuple[str, int], tuple[str, int]] = {}
     # The threadgroup as dispatched: no larger than the grid (run/runtime.py clamps it).
     size = tuple(min(t, g) for t, g in zip(geometry.threadgroup, geometry.grid))
     messages = []
+    sx, sy, sz = size
     for m in raw.messages:
         file, line = _place(places, m, known)
-        grid = tuple(g * s + t for g, s, t in zip(m.group, size, m.thread))
+        (gx, gy, gz), (tx, ty, tz) = m.group, m.thread
         messages.append(LogMessage(
-            threadgroup=m.group, thread=m.thread, grid=grid,  # type: ignore[arg-type]
-            index=m.index, file=file, line=line, text=m.text, level=m.level,
-            subsystem=m.subsystem, category=m.category, cut=m.cut, order=m.order))
+            m.group, m.thread, (gx * sx + tx, gy * sy + ty, gz * sz + tz), m.index, file,
+            line, m.text, m.level, m.subsystem, m.category, m.cut, m.order))
     return KernelLog.of_messages(kernel, messages, dropped=raw.dropped, capacity=raw.capacity,
                                  truncated=raw.truncated, incomplete=raw.incomplete,
                                  note=note)

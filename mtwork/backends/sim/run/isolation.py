@@ -42,7 +42,7 @@ from ....dispatch import BodyForm, Completion, Dispatch, Engine, Program
 from ....errors import KernelCancelled, KernelFault, KernelTimeout
 from . import runtime
 from .channel import PLANS_KEPT, PROGRAMS_KEPT, ChannelClosed, receive, send
-from .logbuffer import HEADER_BYTES, LogBuffer, RawLog, buffer_size
+from .logbuffer import HEADER_BYTES, LogBuffer, RawLog
 from .placement import Placed, place
 from .shared import SharedBlock, SharedHeap, heap
 
@@ -205,11 +205,12 @@ class Isolated:
 
     # --- one dispatch --------------------------------------------------------------------
 
-    def dispatch(self, program: Program, call: Dispatch,
+    def dispatch(self, program: Program, call: Dispatch, log_room: int = 0,
                  on_log: Callable[[RawLog | None], None] | None = None) -> Completion:
-        """Runs the call in the worker. `on_log` hears the dispatch's messages (None: it
-        kept none) when it ends, whichever way (the log lies in shared memory, which
-        outlives the worker), before another dispatch can write there."""
+        """Runs the call in the worker, its messages in a log of `log_room` bytes of
+        records (0: none). `on_log` hears them (None: no log) when the dispatch ends,
+        whichever way (the log lies in shared memory, which outlives the worker), before
+        another dispatch can write there."""
         # The watchdog's limit is read here, where the caller's environment is: a worker
         # keeps the environment it started with.
         timeout = call.options.timeout or runtime.default_timeout()
@@ -218,7 +219,7 @@ class Isolated:
             self._cancelled = False
             self._ensure_started()
             shared = heap()  # this process's (a forked child has its own)
-            request, placed, fds = self._request(program, call, timeout, shared)
+            request, placed, fds = self._request(program, call, timeout, shared, log_room)
             try:
                 return self._run(program, call, timeout, shared, request, placed, fds)
             finally:
@@ -252,15 +253,14 @@ class Isolated:
         return self._completion(reply, placed, call, shared,
                                 as_mx=isinstance(program.form, BodyForm))
 
-    def _request(self, program: Program, call: Dispatch, timeout: float, shared: SharedHeap
-                 ) -> tuple[tuple, Placed, list[int]]:
+    def _request(self, program: Program, call: Dispatch, timeout: float, shared: SharedHeap,
+                 room: int) -> tuple[tuple, Placed, list[int]]:
         """The message for the worker, with every buffer placed in shared memory
         (`placement.place`), and the file descriptors of the segments the worker has not
         mapped yet. A call like an earlier one (same geometry, options, buffers and
         placements) reuses its plan."""
         placed = place(shared, call)
         try:
-            room = 0 if call.options.log is False else buffer_size()
             if room:
                 placed.with_log(self._log_block(shared, HEADER_BYTES + room),
                                 HEADER_BYTES + room)

@@ -10,26 +10,25 @@ later messages are dropped and counted, as on Metal.
 
 from __future__ import annotations
 
-import contextlib
 import ctypes
 import os
 import struct
 import threading
-from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
 from .abi import LOG_LEVELS, LogHeader, LogRecord
 
-__all__ = ["DEFAULT_BYTES", "HEADER_BYTES", "LogBuffer", "RawLog", "RawMessage", "borrowed",
-           "buffer_size"]
+__all__ = ["DEFAULT_BYTES", "HEADER_BYTES", "LogBuffer", "RawLog", "RawMessage", "buffer_size",
+           "give", "take"]
 
 DEFAULT_BYTES = 1 << 20
 MIN_BYTES, MAX_BYTES = 1 << 10, 1 << 30
 HEADER_BYTES = _HEADER = ctypes.sizeof(LogHeader)
 _RECORD = struct.Struct("<II3I3IIIBB5H")
+_HEAD = struct.Struct("<II")  # a record's serial and size
 assert _RECORD.size == ctypes.sizeof(LogRecord)
 
 
@@ -48,8 +47,7 @@ def buffer_size() -> int:
     return size
 
 
-@dataclass(frozen=True)
-class RawMessage:
+class RawMessage(NamedTuple):
     """One record as the runtime wrote it: `order` is its place in the log (a thread's
     messages are in the order it wrote them), `file` and `line` the call's place in the
     compiled source."""
@@ -80,8 +78,7 @@ class RawLog:
     incomplete: bool = False
 
 
-def _text(raw: bytes) -> str:
-    return raw.decode("utf-8", errors="replace")
+_LEVELS = LOG_LEVELS
 
 
 class LogBuffer:
@@ -92,18 +89,14 @@ class LogBuffer:
             raise ValueError("a log needs one-dimensional uint8 memory of at least "
                              f"{_HEADER + MIN_BYTES} bytes")
         self.memory = memory
-        self.header = LogHeader.from_address(memory.ctypes.data)
+        self.address = memory.ctypes.data  # the header's, for the launch record
+        self.header = LogHeader.from_address(self.address)
 
     @classmethod
     def over(cls, buffer: Any, offset: int, room: int) -> LogBuffer:
         """The log at `offset` of `buffer` (the arena's mapping), `room` bytes of records
         after its header."""
         return cls(np.frombuffer(buffer, np.uint8, count=_HEADER + room, offset=offset))
-
-    @property
-    def address(self) -> int:
-        """The header's address, for the launch record."""
-        return self.memory.ctypes.data
 
     def reset(self) -> None:
         """Empties the log for a new dispatch: a new serial, so that records of an earlier
@@ -118,25 +111,36 @@ class LogBuffer:
         h = self.header
         capacity, serial = int(h.capacity), int(h.serial)
         end = min(int(h.used), capacity)
-        view = memoryview(self.memory)[_HEADER:]  # type: ignore[arg-type]
+        if not end:
+            return RawLog((), capacity, dropped=int(h.dropped), truncated=int(h.truncated))
+        data = self.memory[_HEADER:_HEADER + end].tobytes()  # one copy, then parsed
+        # File names, subsystems and categories: few, and the same in many records.
+        known: dict[bytes, tuple[str, str, str]] = {}
         messages, offset, incomplete = [], 0, False
-        while offset < end:
-            fields = _RECORD.unpack_from(view, offset)
-            size = fields[1]
-            if fields[0] != serial or size < _RECORD.size or offset + size > capacity:
-                incomplete = True
+        while offset + _HEAD.size <= end:
+            record_serial, size = _HEAD.unpack_from(data, offset)
+            if record_serial == serial and size == 0:
+                break  # where a full log's records end
+            if (record_serial != serial or size < _RECORD.size
+                    or offset + size > capacity):
+                incomplete = True  # its writer died before it finished
                 break
-            lengths = fields[12:16]
+            (_, _, gx, gy, gz, tx, ty, tz, index, line, level, cut, file_n, sub_n, cat_n,
+             text_n, _) = _RECORD.unpack_from(data, offset)
             at = offset + _RECORD.size
-            texts = []
-            for n in lengths:
-                texts.append(_text(bytes(view[at:at + n])))
-                at += n
+            names_end = at + file_n + sub_n + cat_n
+            key = data[at - 6:names_end]  # the three lengths and the names
+            named = known.get(key)
+            if named is None:
+                named = known[key] = tuple(
+                    data[a:b].decode("utf-8", errors="replace") for a, b in (
+                        (at, at + file_n), (at + file_n, at + file_n + sub_n),
+                        (at + file_n + sub_n, names_end)))
             messages.append(RawMessage(
-                order=len(messages), group=fields[2:5], thread=fields[5:8], index=fields[8],
-                level=LOG_LEVELS[fields[10]] if fields[10] < len(LOG_LEVELS) else "default",
-                file=texts[0], line=fields[9], subsystem=texts[1], category=texts[2],
-                text=texts[3], cut=bool(fields[11])))
+                len(messages), (gx, gy, gz), (tx, ty, tz), index,
+                _LEVELS[level] if level < len(_LEVELS) else "default", named[0], line,
+                named[1], named[2], data[names_end:names_end + text_n].decode(
+                    "utf-8", errors="replace"), bool(cut)))
             offset += size
         return RawLog(tuple(messages), capacity, dropped=int(h.dropped),
                       truncated=int(h.truncated), incomplete=incomplete)
@@ -147,20 +151,25 @@ _kept_lock = threading.Lock()
 _KEPT = 4
 
 
-@contextlib.contextmanager
-def borrowed(size: int) -> Iterator[LogBuffer]:
-    """A log of `size` bytes of room for this process's dispatch, reset, from the few
-    kept (untouched pages of a new one cost nothing until a kernel writes them)."""
+def take(size: int) -> LogBuffer:
+    """A log of `size` bytes of room for one dispatch of this process, reset: one of the
+    few kept (`give` them back), or a new one (whose pages cost nothing until a kernel
+    writes them)."""
     with _kept_lock:
-        log = next((b for b in _kept if b.memory.size - _HEADER == size), None)
-        if log is not None:
-            _kept.remove(log)
+        for k, log in enumerate(_kept):
+            if log.memory.size - _HEADER == size:
+                del _kept[k]
+                break
+        else:
+            log = None
     if log is None:
         log = LogBuffer(np.zeros(_HEADER + size, np.uint8))
     log.reset()
-    try:
-        yield log
-    finally:
-        with _kept_lock:
-            if len(_kept) < _KEPT:
-                _kept.append(log)
+    return log
+
+
+def give(log: LogBuffer) -> None:
+    """Returns a log `take` gave, once its dispatch's messages are read."""
+    with _kept_lock:
+        if len(_kept) < _KEPT:
+            _kept.append(log)

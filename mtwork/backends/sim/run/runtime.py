@@ -79,14 +79,20 @@ class LiveThread:
         return f"{who} {self.state} ({where})"
 
 
+# Defined in a kernel library that has a logging call (include/mtw_logging.h).
+_LOGS_MARKER = "_ZN5metal15__os_log_format4logsIvE6markerE"
+
+
 @dataclass(frozen=True)
 class KernelLibrary:
-    """A compiled kernel: its shared library and entry point."""
+    """A compiled kernel: its shared library and entry point, and whether it has a
+    logging call (`logs`: only then does a dispatch of it get a log)."""
 
     path: Path
     handle: ctypes.CDLL
     entry: int
     entry_barrier_free: int
+    logs: bool = False
 
 
 _libraries: dict[Path, KernelLibrary] = {}
@@ -110,6 +116,7 @@ def load(path: Path) -> KernelLibrary:
                 handle,
                 ctypes.cast(handle.mtw_entry, ctypes.c_void_p).value,
                 ctypes.cast(handle.mtw_entry_barrier_free, ctypes.c_void_p).value,
+                hasattr(handle, _LOGS_MARKER),
             )
             _libraries[path] = lib
     return lib

@@ -161,6 +161,14 @@ void write_record(mtw_log_header* log, const Worker* w, uint32_t level, const ch
   const uint64_t offset = __atomic_fetch_add(&log->used, size, __ATOMIC_RELAXED);
   if (offset + size > log->capacity) {
     __atomic_fetch_add(&log->dropped, 1, __ATOMIC_RELAXED);
+    // The one reservation that ran past the end marks where the records end (a record
+    // of size 0), when its first 8 bytes fit.
+    if (offset + 8 <= log->capacity) {
+      mtw_log_record* end = reinterpret_cast<mtw_log_record*>(
+          reinterpret_cast<char*>(log + 1) + offset);
+      end->size = 0;
+      __atomic_store_n(&end->serial, log->serial, __ATOMIC_RELEASE);
+    }
     return;
   }
   char* at = reinterpret_cast<char*>(log + 1) + offset;

@@ -100,7 +100,7 @@ typedef struct mtw_log_header {
 
 typedef struct mtw_log_record {
   uint32_t serial;     // the header's serial: the record is complete
-  uint32_t size;       // bytes of the record, a multiple of 8
+  uint32_t size;       // bytes of the record, a multiple of 8 (0: the records end here)
   uint32_t group[3];   // threadgroup_position_in_grid
   uint32_t thread[3];  // thread_position_in_threadgroup
   uint32_t index;      // thread_index_in_threadgroup
