@@ -15,7 +15,8 @@ A dispatch goes: `compile.sources.translation_unit` (the rewritten files and a l
 → `compile.compiler.compile_kernel` (a shared library, cached on disk) → `run.runtime.load`
 → `run.memory.Memory` (the buffers and the launcher's pointer table) → `run.runtime.dispatch`
 (the fiber runtime runs every threadgroup) → a `Completion`, with the sanitizer's report
-from `report.findings` when it ran, or the profiler's `Counters` from `report.profiling`.
+from `report.findings` when it ran, or the profiler's `Counters` from `report.profiling`,
+and the messages of a kernel that logs (`os_log`) from `report.logs`.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ import numpy as np
 
 from ...dispatch import Completion, Dispatch, Engine, Fresh, Program
 from ...errors import KernelFault, KernelTimeout
-from ...kernel_log import KernelLog, with_log
+from ...kernel_log import KernelLog
 from ...sanitizer import SanitizerError, SanitizerReport
 from ...toolchain import clang
 from .compile import compiler
@@ -82,13 +83,6 @@ def _needs_lockstep(program: Program) -> bool:
     if os.environ.get("MTWORK_SIM_LOCKSTEP", "1") == "0":
         return False
     return needs_lockstep([program.sources.text, *(t for _, t in program.sources.files)])
-
-
-def _told(fault: KernelFault, log: KernelLog | None) -> BaseException:
-    """`fault` with its dispatch's log, its message followed by the last messages of the
-    threads it names (a sanitizer's report quotes its findings' own)."""
-    named = [] if isinstance(fault, SanitizerError) else logs.threads_named(str(fault))
-    return with_log(fault, log, named)
 
 
 @dataclass(frozen=True)
@@ -165,14 +159,14 @@ class SimBackend:
         self._isolated.start()  # a new worker imports while this process compiles
         compiled = self.compile(program, sanitize=call.options.sanitize is not None,
                                 profile=call.options.profile)  # compile errors come here
-        logs = call.options.log is not False and compiled.library.logs
+        logging = call.options.log is not False and compiled.library.logs
         raw: list[RawLog | None] = [None]
         try:
-            done = self._isolated.dispatch(program, call, buffer_size() if logs else 0,
+            done = self._isolated.dispatch(program, call, buffer_size() if logging else 0,
                                            on_log=lambda log: raw.__setitem__(0, log))
         except KernelFault as fault:
-            raise _told(fault, self._kernel_log(program, compiled, call, raw[0])) from None
-        done.log = (self._kernel_log(program, compiled, call, raw[0]) if logs
+            raise logs.told(fault, self._kernel_log(program, compiled, call, raw[0])) from None
+        done.log = (self._kernel_log(program, compiled, call, raw[0]) if logging
                     else None if call.options.log is False else KernelLog(program.label))
         return done
 
@@ -236,7 +230,7 @@ class SimBackend:
         try:
             done = self._dispatch(program, call, place, log)
         except KernelFault as fault:
-            raise _told(fault, self._kernel_log(program, None, call, log.read())) from None
+            raise logs.told(fault, self._kernel_log(program, None, call, log.read())) from None
         else:
             done.log = self._kernel_log(program, None, call, log.read())
             return done

@@ -9,12 +9,14 @@ from __future__ import annotations
 import re
 
 from ....dispatch import Geometry
-from ....kernel_log import KernelLog, LogMessage, Triple
+from ....errors import KernelFault
+from ....kernel_log import KernelLog, LogMessage, Triple, with_log
+from ....sanitizer import SanitizerError
 from ..compile.translation import Translation
 from ..run.logbuffer import RawLog, RawMessage
 from .places import Places
 
-__all__ = ["kernel_log", "threads_named"]
+__all__ = ["kernel_log", "threads_named", "told"]
 
 
 def _place(places: Places, message: RawMessage,
@@ -72,3 +74,9 @@ def threads_named(text: str) -> list[tuple[Triple, Triple]]:
             found.append((m.start(), ((n[3], n[4], n[5]), (n[0], n[1], n[2]))))
     return [pair for _, pair in sorted(found)]
 
+
+def told(fault: KernelFault, log: KernelLog | None) -> BaseException:
+    """`fault` with its dispatch's log, its message followed by the last messages of the
+    threads it names (a sanitizer's report quotes its findings' own)."""
+    named = [] if isinstance(fault, SanitizerError) else threads_named(str(fault))
+    return with_log(fault, log, named)
