@@ -293,3 +293,38 @@ def test_the_rwkv7_layer_takes_the_metal_path(interposed):
         out_ops, _ = layer(x, None, cache_ops)
     _close(out, out_ops, "Rwkv7TimeMixing", rtol=1e-4, atol=1e-5)
     _close(cache[1], cache_ops[1], "Rwkv7TimeMixing state", rtol=1e-4, atol=1e-5)
+
+
+def _rope64(x: np.ndarray, offset: int, base: float) -> np.ndarray:
+    """mx.fast.rope(traditional=True) over the last axis, in float64, for positions
+    offset, offset + 1, ... along axis 1 (x: tokens, positions, heads, dims)."""
+    dims = x.shape[-1]
+    d = np.arange(dims)
+    theta = (offset + np.arange(x.shape[1]))[None, :, None, None] * base ** (
+        -(d // 2) / (dims / 2))
+    partner = np.empty_like(x)
+    partner[..., 0::2], partner[..., 1::2] = x[..., 1::2], x[..., 0::2]
+    sign = np.where(d % 2 == 0, -1.0, 1.0)
+    return x * np.cos(theta) + sign * partner * np.sin(theta)
+
+
+def test_fused_rope_is_as_accurate_as_mlx_rope(interposed) -> None:
+    """mlx-lm's own test holds the fused kernel within 1e-5 of mx.fast.rope, which off a
+    Mac is MLX's CPU rope: two correct single-precision rotations differ by more. Held
+    here to MLX's own accuracy against the float64 rotation instead."""
+    kernels = interposed("mlx_lm.kernels")
+    args = {"n_heads": 4, "n_kv_heads": 2, "head_dim": 80, "eps": 1e-5, "query_scale": 4.9}
+    mx.random.seed(0)
+    qkvg = mx.random.normal((2, 5, 2 * (4 + 2) * 80))
+    q, _ = kernels.qk_norm(qkvg, **args)
+    rotated, _ = kernels.qk_norm_rope(qkvg, **args, rope_base=10000.0, offset=7)
+    mx.eval(q, rotated)
+    assert interposed.kernel_calls("qk_norm_rope") == 1
+    mlx_rope = mx.fast.rope(q.swapaxes(1, 2), 80, traditional=True, base=10000.0, scale=1.0,
+                            offset=7).swapaxes(1, 2)
+    exact = _rope64(np.array(q, dtype=np.float64), 7, 10000.0)
+    kernel_error = np.abs(np.array(rotated, dtype=np.float64) - exact).max()
+    mlx_error = np.abs(np.array(mlx_rope, dtype=np.float64) - exact).max()
+    assert kernel_error <= mlx_error * 1.01 + 1e-7, (kernel_error, mlx_error)
+    # Within single precision's rounding of the angle (positions up to 11 rad).
+    assert kernel_error < 64 * np.spacing(np.float32(8.0)), kernel_error
