@@ -24,11 +24,13 @@ import sys
 import threading
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
+from functools import lru_cache
 from typing import Any, NamedTuple
 
 from .display import bytes_text, count_text, html_table, text_table
 
-__all__ = ["KernelLog", "LogMessage", "announce", "kept", "printing", "quietly", "with_log"]
+__all__ = ["KernelLog", "LogMessage", "announce", "kept", "no_messages", "printing", "quietly",
+           "with_log"]
 
 Triple = tuple[int, int, int]
 _LEVELS = ("default", "debug", "info", "error", "fault")
@@ -293,6 +295,14 @@ def printing() -> int:
         raise ValueError(f"MTWORK_LOG_PRINT must be how many messages a call prints (0: "
                          f"none), got {value!r}")
     return int(value)
+
+
+@lru_cache(maxsize=1024)
+def no_messages(kernel: str) -> KernelLog:
+    """The empty log of `kernel`'s dispatches that keep no messages (a kernel without a
+    logging call): one shared object, a log being immutable, so such a call pays nothing
+    for it."""
+    return KernelLog(kernel)
 
 
 def kept(log: KernelLog | None, error: BaseException | None, note: str = ""

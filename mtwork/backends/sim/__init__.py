@@ -32,7 +32,7 @@ import numpy as np
 
 from ...dispatch import Completion, Dispatch, Engine, Fresh, Program
 from ...errors import KernelFault, KernelTimeout
-from ...kernel_log import KernelLog
+from ...kernel_log import KernelLog, no_messages
 from ...sanitizer import SanitizerError, SanitizerReport
 from ...toolchain import clang
 from .compile import compiler
@@ -157,8 +157,7 @@ class SimBackend:
         if self._isolated is None:
             self._isolated = Isolated()
         self._isolated.start()  # a new worker imports while this process compiles
-        compiled = self.compile(program, sanitize=call.options.sanitize is not None,
-                                profile=call.options.profile)  # compile errors come here
+        compiled = self._compiled_for(program, call)  # compile errors come here
         logging = call.options.log is not False and compiled.library.logs
         raw: list[RawLog | None] = [None]
         try:
@@ -167,7 +166,7 @@ class SimBackend:
         except KernelFault as fault:
             raise logs.told(fault, self._kernel_log(program, compiled, call, raw[0])) from None
         done.log = (self._kernel_log(program, compiled, call, raw[0]) if logging
-                    else None if call.options.log is False else KernelLog(program.label))
+                    else None if call.options.log is False else no_messages(program.label))
         return done
 
     def output_memory(self, call: Dispatch, sizes: list[int]) -> list[SharedBlock | None]:
@@ -218,21 +217,22 @@ class SimBackend:
         fresh buffer (default: a new array). The kernel's messages go to `log_memory`
         when given (the worker's part of the arena, which mtwork reads), else to a log of
         this process, read into the completion (and into a fault's error)."""
+        compiled = self._compiled_for(program, call)  # compile errors come here
         if call.options.log is False:
-            return self._dispatch(program, call, place, None)
-        if not self._compiled_for(program, call).library.logs:
-            done = self._dispatch(program, call, place, None)  # as if logging did not exist
-            done.log = KernelLog(program.label)
+            return self._dispatch(program, compiled, call, place, None)
+        if not compiled.library.logs:  # as if logging did not exist
+            done = self._dispatch(program, compiled, call, place, None)
+            done.log = no_messages(program.label)
             return done
         if log_memory is not None:
-            return self._dispatch(program, call, place, LogBuffer(log_memory))
+            return self._dispatch(program, compiled, call, place, LogBuffer(log_memory))
         log = take(buffer_size())
         try:
-            done = self._dispatch(program, call, place, log)
+            done = self._dispatch(program, compiled, call, place, log)
         except KernelFault as fault:
-            raise logs.told(fault, self._kernel_log(program, None, call, log.read())) from None
+            raise logs.told(fault, self._kernel_log(program, compiled, call, log.read())) from None
         else:
-            done.log = self._kernel_log(program, None, call, log.read())
+            done.log = self._kernel_log(program, compiled, call, log.read())
             return done
         finally:
             give(log)
@@ -241,16 +241,12 @@ class SimBackend:
         return self.compile(program, sanitize=call.options.sanitize is not None,
                             profile=call.options.profile)
 
-    def _kernel_log(self, program: Program, compiled: _Compiled | None, call: Dispatch,
+    def _kernel_log(self, program: Program, compiled: _Compiled, call: Dispatch,
                     raw: RawLog | None) -> KernelLog | None:
-        """The dispatch's log in the author's terms (None: it kept none); `compiled`
-        (None: looked up, when there are messages to place) gives the source lines."""
+        """The dispatch's log in the author's terms (None: it kept none)."""
         if raw is None:
             return None
-        if raw.messages and compiled is None:
-            compiled = self._compiled_for(program, call)
-        translation = compiled.translation if compiled is not None else None
-        return logs.kernel_log(raw, program.label, translation, call.geometry)
+        return logs.kernel_log(raw, program.label, compiled.translation, call.geometry)
 
     def _engine_choice(self, program: Program, compiled: _Compiled, call: Dispatch,
                        log: LogBuffer | None) -> tuple[bool, FastLibrary | None, str]:
@@ -265,13 +261,13 @@ class SimBackend:
                                        _PROFILED if profile else None, barrier_free)
         return barrier_free, fast, why
 
-    def _dispatch(self, program: Program, call: Dispatch,
+    def _dispatch(self, program: Program, compiled: _Compiled, call: Dispatch,
                   place: Callable[[int, Fresh], np.ndarray] | None,
                   log: LogBuffer | None) -> Completion:
-        """One dispatch in this process, its messages in `log` (None: none kept)."""
+        """One dispatch of `compiled` in this process, its messages in `log` (None: none
+        kept)."""
         sanitize = call.options.sanitize is not None
         profile = call.options.profile
-        compiled = self.compile(program, sanitize=sanitize, profile=profile)
         barrier_free, fast, why = self._engine_choice(program, compiled, call, log)
         saved = None
         while True:
