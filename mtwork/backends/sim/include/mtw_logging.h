@@ -226,7 +226,8 @@ struct os_log {
 #undef MTW_OS_LOG_LEVEL
 };
 
-// The default log (`os_log_default.log("x = %d", x)`): no subsystem or category.
+// Metal's default log object (MSL 3.2 §6.19, `os_log_default.log("x = %d", x)`): no
+// subsystem or category. The shim declares it here and nowhere else.
 inline constexpr os_log os_log_default{};
 
 }  // namespace metal
