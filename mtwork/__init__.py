@@ -24,6 +24,7 @@ from .errors import (
 from .families import KernelSpec, family_names, load_family
 from .interposition import Interposition, interpose
 from .kernel import Launch, MetalKernel, metal_kernel
+from .kernel_log import KernelLog, LogMessage
 from .library import Kernel, Library, Outputs, load_metal, new_buffer
 from .oracle import DiffReport, assert_bitwise_equal, assert_close, diff
 from .profile import profile
@@ -52,7 +53,9 @@ __all__ = [
     "KernelSpec",
     "Interposition",
     "Kernel",
+    "KernelLog",
     "Library",
+    "LogMessage",
     "Outputs",
     "Launch",
     "Clock",

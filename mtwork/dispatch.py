@@ -34,6 +34,7 @@ from .recording import profiling_all
 
 if TYPE_CHECKING:
     from .gpu.counters import Counters
+    from .kernel_log import KernelLog
     from .sanitizer import SanitizerReport
 
 __all__ = [
@@ -220,12 +221,16 @@ class Options:
     """How to run: `sanitize` ("raise", "warn", "report" or None), `timeout` (seconds of the sim
     watchdog, None for the default), `isolate` (sim: in a worker process, so that a
     crashing kernel cannot take the caller down; None for $MTWORK_ISOLATE's choice),
-    `profile` (count what the dispatch does to an Apple GPU: `Completion.counters`)."""
+    `profile` (count what the dispatch does to an Apple GPU: `Completion.counters`),
+    `log` (the kernel's `os_log` messages: None records them where the backend can, sim;
+    True runs the call on sim to record them; False leaves them out: logging calls do
+    nothing)."""
 
     sanitize: SanitizeMode | None = None
     timeout: float | None = None
     isolate: bool | None = None
     profile: bool = False
+    log: bool | None = None
 
 
 @dataclass(frozen=True)
@@ -263,13 +268,15 @@ class Engine:
 class Completion:
     """What a dispatch gave: each written buffer (fresh and writable ones, numpy or mx by
     backend), the sanitizer's report when it ran, the threadgroup memory used (sim), the
-    engine that ran it (sim), the profiler's counts when it ran."""
+    engine that ran it (sim), the profiler's counts when it ran, the kernel's log when the
+    backend recorded one (sim)."""
 
     buffers: dict[int, np.ndarray | mx.array]
     sanitizer: SanitizerReport | None = None
     threadgroup_memory: int | None = None
     engine: Engine | None = None
     counters: Counters | None = None
+    log: KernelLog | None = None
 
 
 # --- checks ----------------------------------------------------------------------------
@@ -346,13 +353,17 @@ def env_timeout() -> float | None:
 
 
 def options(*, sanitize: Any = None, timeout: Any = None, isolate: Any = None,
-            profile: Any = False) -> Options:
+            profile: Any = False, log: Any = None) -> Options:
     """Checked `Options`; `sanitize` True/"raise", "warn", "report", False/None, or from
-    $MTWORK_SANITIZE when None; `profile` True or False."""
+    $MTWORK_SANITIZE when None; `profile` True or False; `log` True, False or None."""
     from .sanitizer import mode
 
     if isolate is not None and not isinstance(isolate, bool):
         raise ValueError(f"`isolate` must be True, False or None, got {isolate!r}")
+    if log is not None and not isinstance(log, bool):
+        raise ValueError(f"`log` must be True (record the kernel's os_log messages, on sim), "
+                         f"False (logging calls do nothing) or None (record them where the "
+                         f"backend can), got {log!r}")
     if not isinstance(profile, bool):
         raise ValueError(f"`profile` must be True or False, got {profile!r}")
     if profiling_all() and sanitize is None:
@@ -363,13 +374,14 @@ def options(*, sanitize: Any = None, timeout: Any = None, isolate: Any = None,
         raise ValueError("`profile=True` and `sanitize` cannot be combined: each builds the "
                          "kernel with its own instrumentation; run the call once with each")
     return Options(sanitize=checked, timeout=check_timeout(timeout), isolate=isolate,
-                   profile=profile)
+                   profile=profile, log=log)
 
 
 def backend_for(call_options: Options, backend: str | None) -> str | None:
     """The backend a call runs on: a profiled call runs on ``sim``, whose emulator counts
-    what the kernel does (on a Mac too, as a sanitized call does); others on `backend`."""
-    return "sim" if call_options.profile else backend
+    what the kernel does (on a Mac too, as a sanitized call does), and so does a call with
+    ``log=True``, whose emulator records the kernel's messages; others on `backend`."""
+    return "sim" if call_options.profile or call_options.log else backend
 
 
 _MEMORY_READ_EVERY_S = 1.0

@@ -17,7 +17,7 @@ from typing import Any
 import mlx.core as mx
 
 from . import dtypes, graph
-from .backends import builds_graph, chosen, hold
+from .backends import builds_graph, chosen, hold, log_note
 from .backends import compile as compile_program
 from .backends import get as get_backend
 from .backends import run as run_program
@@ -39,6 +39,7 @@ from .dispatch import (
     geometry,
     options,
 )
+from .errors import KernelFault
 from .gpu.counters import Counters
 from .kernel_arguments import (
     PREFIX,
@@ -53,6 +54,7 @@ from .kernel_arguments import (
     check_text,
     define_lines,
 )
+from .kernel_log import KernelLog, announce, kept
 from .msl import body, checks
 from .msl.target import MslTarget, resolve_target
 from .sanitizer import SanitizerError, SanitizerReport
@@ -83,12 +85,15 @@ class MetalKernel:
     mtwork.sanitizer), `isolate=` (sim: False runs the kernel in this process, not in
     the worker process that keeps a crashing kernel from taking the caller down) and
     `profile=` (True: run on sim and count what the call does to an Apple GPU, see
-    mtwork.profile). `msl_version=` and `gpu_family=` say what the kernel is checked and
+    mtwork.profile), `log=` (the kernel's `os_log` messages: recorded on sim by default;
+    True runs the call on sim to record them; False leaves them out; see
+    mtwork.kernel_log). `msl_version=` and `gpu_family=` say what the kernel is checked and
     compiled for on sim (default $MTWORK_MSL_VERSION or "3.2", $MTWORK_GPU_FAMILY or
     "apple7"; see mtwork.msl.target). The kernel does not change; `last_sanitizer_report`
     keeps the report of its last sanitized call, `last_counters` the counts of its last
     profiled one, `last_engine` which engine of the emulator ran its last call (and, when
-    not the fast one, why)."""
+    not the fast one, why), `last_log` the messages of its last call (set when MLX evaluates
+    it; None where no log was kept)."""
 
     name: str
     input_names: tuple[str, ...]
@@ -105,6 +110,7 @@ class MetalKernel:
                                                           repr=False)
     last_engine: Engine | None = field(default=None, compare=False, repr=False)
     last_counters: Counters | None = field(default=None, compare=False, repr=False)
+    last_log: KernelLog | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         check_kernel_name(self.name)
@@ -132,7 +138,7 @@ class MetalKernel:
         return dataclasses.replace(
             self, source=self.source if source is None else source,
             header=self.header if header is None else header, last_sanitizer_report=None,
-            last_engine=None, last_counters=None)
+            last_engine=None, last_counters=None, last_log=None)
 
     @property
     def math_mode(self) -> str:
@@ -206,6 +212,7 @@ class MetalKernel:
         sanitize: bool | str | None = None,
         isolate: bool | None = None,
         profile: bool = False,
+        log: bool | None = None,
     ) -> list[mx.array]:
         inputs = check_sequence(inputs, "inputs")
         output_shapes = check_sequence(output_shapes, "output_shapes")
@@ -219,7 +226,7 @@ class MetalKernel:
         check_init_value(init_value)
         check_flag(verbose, "verbose")
         run_options = options(sanitize=sanitize, timeout=timeout, isolate=isolate,
-                              profile=profile)
+                              profile=profile, log=log)
         arrays = [dtypes.as_mx_array(x) for x in inputs]
         gen = self.generate(arrays, kinds, template)
         if verbose:
@@ -235,15 +242,17 @@ class MetalKernel:
             buffers[p.buffer_index] = Fresh(shape_, dt, init_value)  # type: ignore[index]
         call = Dispatch(buffers, shape, run_options, stream=stream)
         check_memory(call, f"{PREFIX}`output_shapes`")
-        name = chosen(backend_for(run_options, backend or self.backend), run_options)
+        asked = backend or self.backend
+        name = chosen(backend_for(run_options, asked), run_options)
+        note = log_note(run_options, asked)
         if not builds_graph(name):
             if graph.available():
-                return self._operation(program, call, name, arrays, outputs)
+                return self._operation(program, call, name, arrays, outputs, note)
             graph.warn_eager()
-        finish = self._finisher(run_options)
+        finish = self._finisher(run_options, note)
         try:
             done = run_program(program, call, backend=name)
-        except SanitizerError as exc:
+        except KernelFault as exc:
             finish(None, exc)
             raise
         finish(done, None)
@@ -251,29 +260,34 @@ class MetalKernel:
                 for p, dt in zip(outputs, kinds)]
 
     def _operation(self, program: Program, call: Dispatch, backend: str,
-                   arrays: list[mx.array], outputs: list[body.Param]) -> list[mx.array]:
+                   arrays: list[mx.array], outputs: list[body.Param], note: str
+                   ) -> list[mx.array]:
         """The call as an operation of MLX's graph, run on `backend` when MLX evaluates
         it; compiled now (compiling needs no values, and its errors come at the call).
         A sanitized or profiled call is evaluated at once unless it is being traced, so
         that its report or counts are there when it returns."""
         compile_program(program, backend=backend, options=call.options)
-        made = graph.operation(program, call, backend, self._finisher(call.options))
+        made = graph.operation(program, call, backend, self._finisher(call.options, note))
         results = [made[p.buffer_index] for p in outputs]  # type: ignore[index]
         if (call.options.sanitize or call.options.profile) and not any(
                 graph.is_tracer(a) for a in arrays):
             mx.eval(results)
         return results
 
-    def _finisher(self, run_options: Options) -> graph.Finish:
+    def _finisher(self, run_options: Options, note: str = "") -> graph.Finish:
         """What a dispatch of this kernel tells it when it ends: the sanitizer's report,
-        the engine, the profiler's counts. It holds the kernel weakly: an operation MLX
-        keeps (in a compiled function) does not keep the kernel, or its worker, alive."""
+        the engine, the profiler's counts, the log (printed too: `kernel_log.announce`;
+        `note` says why it ran on sim). It holds the kernel weakly: an operation MLX keeps
+        (in a compiled function) does not keep the kernel, or its worker, alive."""
         kernel = weakref.ref(self)
 
         def finish(done: Completion | None, error: BaseException | None) -> None:
             this = kernel()
             if this is None:
                 return
+            log = kept(done.log if done is not None else None, error, note)
+            object.__setattr__(this, "last_log", log)
+            announce(log)
             if isinstance(error, SanitizerError):
                 object.__setattr__(this, "last_sanitizer_report", error.report)
             if done is None:
@@ -364,14 +378,14 @@ class Launch:
         return self.defined_kernel.last_sanitizer_report
 
     def __call__(self, *inputs: Any, backend: str | None = None,
-                 sanitize: bool | str | None = None, profile: bool = False
-                 ) -> list[mx.array]:
+                 sanitize: bool | str | None = None, profile: bool = False,
+                 log: bool | None = None) -> list[mx.array]:
         arrays = list(inputs) if inputs else list(self.inputs or [])
         outputs = self.defined_kernel(
             inputs=arrays, grid=self.grid, threadgroup=self.threadgroup,
             output_shapes=self.output_shapes, output_dtypes=self.output_dtypes,
             template=self.template, init_value=self.init_value, backend=backend,
-            timeout=self.timeout, sanitize=sanitize, profile=profile,
+            timeout=self.timeout, sanitize=sanitize, profile=profile, log=log,
         )
         mx.eval(outputs)  # a launch runs when called: its errors and reports come here
         return outputs
@@ -380,3 +394,8 @@ class Launch:
     def last_counters(self) -> Counters | None:
         """The counts of this launch's last profiled call."""
         return self.defined_kernel.last_counters
+
+    @property
+    def last_log(self) -> KernelLog | None:
+        """The messages of this launch's last call (see `MetalKernel.last_log`)."""
+        return self.defined_kernel.last_log

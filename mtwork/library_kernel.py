@@ -14,7 +14,7 @@ from typing import Any, Protocol
 import mlx.core as mx
 import numpy as np
 
-from .backends import chosen, hold
+from .backends import chosen, hold, log_note
 from .backends import compile as compile_program
 from .backends import run as run_program
 from .buffers import to_mx
@@ -32,8 +32,9 @@ from .dispatch import (
     geometry,
     options,
 )
-from .errors import MetalRuleError
+from .errors import KernelFault, MetalRuleError
 from .gpu.counters import Counters
+from .kernel_log import KernelLog, announce, kept
 from .library_arguments import chosen_buffers, describe, threadgroup_sizes
 from .library_operation import (
     check_kept,
@@ -90,7 +91,8 @@ class Kernel:
     set. Call it to dispatch; `compile()` compiles it ahead of time. The report of its
     last sanitized call is `last_sanitizer_report`, the counts of its last profiled call
     `last_counters`; the emulator's engine that ran its last call (and, when not the fast
-    one, why) `last_engine`."""
+    one, why) `last_engine`; the `os_log` messages of its last call `last_log` (see
+    mtwork.kernel_log)."""
 
     def __init__(self, library: LibraryParts, signature: KernelSignature,
                  template_args: tuple[str, ...], constants: dict[str, str | None], label: str,
@@ -104,6 +106,8 @@ class Kernel:
         self.last_sanitizer_report: SanitizerReport | None = None
         self.last_engine: Engine | None = None
         self.last_counters: Counters | None = None
+        self.last_log: KernelLog | None = None
+        self._log_note = ""  # why its last call ran on sim (log=True)
         hold(self)  # the emulator's worker lives while a kernel does
         broken = tuple(signature_violations(signature, library.target,
                                             library.constant_names))
@@ -209,6 +213,7 @@ class Kernel:
         sanitize: bool | str | None = None,
         isolate: bool | None = None,
         profile: bool = False,
+        log: bool | None = None,
         keep_arrays: bool = False,
         stream: Any = None,
     ) -> Dispatch:
@@ -242,7 +247,7 @@ class Kernel:
                 first = copies.setdefault(id(value), bound[p.index].array)  # type: ignore
                 bound[p.index] = dataclasses.replace(bound[p.index], array=first)  # type: ignore
         call = Dispatch(bound, shape, options(sanitize=sanitize, timeout=timeout,
-                                              isolate=isolate, profile=profile),
+                                              isolate=isolate, profile=profile, log=log),
                         threadgroup_sizes(self.name, self.signature.threadgroup_params,
                                           threadgroup_memory,
                                           self.library.target.limits.threadgroup_memory),
@@ -263,6 +268,7 @@ class Kernel:
         sanitize: bool | str | None = None,
         isolate: bool | None = None,
         profile: bool = False,
+        log: bool | None = None,
         stream: Any = None,
     ) -> Outputs:
         """Dispatches the kernel and returns its writable buffers.
@@ -278,24 +284,29 @@ class Kernel:
         True or "warn" runs on sim with every access checked (see mtwork.sanitizer).
         `isolate`: sim runs kernels in a worker process (False: in this one). `profile`:
         True runs on sim and counts what the call does to an Apple GPU
-        (`last_counters`; see mtwork.profile). `stream`: as ``mx.fast.metal_kernel``'s;
-        a call given one is an operation of MLX's graph on it (`mtwork.library_operation`:
-        its outputs are computed when MLX evaluates them, ``mx.async_eval`` included).
+        (`last_counters`; see mtwork.profile). `log`: the kernel's `os_log` messages
+        (`last_log`), recorded on sim by default; True runs the call on sim to record them,
+        False leaves them out (see mtwork.kernel_log). `stream`: as
+        ``mx.fast.metal_kernel``'s; a call given one is an operation of MLX's graph on it
+        (`mtwork.library_operation`: its outputs are computed when MLX evaluates them,
+        ``mx.async_eval`` included).
         """
         lazy = is_operation(buffers, stream)
         call = self.dispatch(buffers=buffers, threadgroup_memory=threadgroup_memory,
                              threadgroups=threadgroups, grid=grid,
                              threads_per_threadgroup=threads_per_threadgroup,
                              timeout=timeout, sanitize=sanitize, isolate=isolate,
-                             profile=profile, keep_arrays=lazy, stream=stream)
-        name = backend_for(call.options, backend or self.library.backend)
+                             profile=profile, log=log, keep_arrays=lazy, stream=stream)
+        asked = backend or self.library.backend
+        name = backend_for(call.options, asked)
+        self._log_note = log_note(call.options, asked)
         if lazy:
             written = operation_outputs(self.program, call, chosen(name, call.options),
                                         weakly(self._finish), traced=traced_call(buffers))
         else:
             try:
                 done = run_program(self.program, call, backend=name)
-            except SanitizerError as exc:
+            except KernelFault as exc:
                 self._finish(None, exc)
                 raise
             self._finish(done, None)
@@ -306,7 +317,10 @@ class Kernel:
         return Outputs(arrays, kinds)
 
     def _finish(self, done: Completion | None, error: BaseException | None) -> None:
-        """What a dispatch tells the kernel when it ends (report, engine, counts)."""
+        """What a dispatch tells the kernel when it ends (report, engine, counts, log,
+        printed too: `kernel_log.announce`)."""
+        self.last_log = kept(done.log if done is not None else None, error, self._log_note)
+        announce(self.last_log)
         if isinstance(error, SanitizerError):
             self.last_sanitizer_report = error.report
         if done is None:
@@ -367,11 +381,18 @@ class LibraryLaunch:
         return self.kernel.last_sanitizer_report
 
     def __call__(self, *inputs: Any, backend: str | None = None,
-                 sanitize: bool | str | None = None, profile: bool = False) -> Outputs:
+                 sanitize: bool | str | None = None, profile: bool = False,
+                 log: bool | None = None) -> Outputs:
         if inputs:
             raise TypeError("a full-source launch carries its buffers; call it without "
                             "inputs")
-        return self.kernel(**self.call, backend=backend, sanitize=sanitize, profile=profile)
+        return self.kernel(**self.call, backend=backend, sanitize=sanitize, profile=profile,
+                           log=log)
+
+    @property
+    def last_log(self) -> KernelLog | None:
+        """The messages of this launch's kernel's last call (see `Kernel.last_log`)."""
+        return self.kernel.last_log
 
     @property
     def last_counters(self) -> Counters | None:

@@ -32,6 +32,7 @@ from .gpu.chips import Chip
 from .gpu.counters import Counters
 from .gpu.model import Estimate
 from .kernel import Launch
+from .kernel_log import KernelLog, quietly
 from .library_kernel import LibraryLaunch
 from .modelled import estimate_for, estimate_of
 from .oracle import DiffReport, diff
@@ -63,6 +64,7 @@ class Outcome:
     counters: Counters | None = None  # of one profiled run, when the runner models
     estimate: Estimate | None = None  # the modelled time on the runner's chip
     model_note: str | None = None  # why there is no estimate
+    log: KernelLog | None = None  # the kernel's messages in its first call (os_log, sim)
 
     @property
     def ok(self) -> bool:
@@ -76,7 +78,8 @@ def outcome_of(exc: Exception) -> Outcome:
         raise exc
     status: Status = ("compile_error" if isinstance(exc, CompileError)
                       else "fault" if isinstance(exc, KernelFault) else "error")
-    return Outcome(status, error_type=type(exc).__name__, message=str(exc))
+    return Outcome(status, error_type=type(exc).__name__, message=str(exc),
+                   log=getattr(exc, "log", None))
 
 
 def takes_config(fn: Any) -> bool:
@@ -171,7 +174,12 @@ class Runner:
                 and isinstance(built, (Launch, LibraryLaunch)))
 
     def run(self, built: Any, config: Mapping[str, Any]) -> Outcome:
-        """Runs, checks and times `built` for `config`."""
+        """Runs, checks and times `built` for `config`; the kernel's log is the outcome's,
+        not printed (`kernel_log.quietly`)."""
+        with quietly():
+            return self._run(built, config)
+
+    def _run(self, built: Any, config: Mapping[str, Any]) -> Outcome:
         fn = self.call(built)
         expected = None
         if self.oracle and self.oracle.per_config:
@@ -197,7 +205,8 @@ class Runner:
             return failed
         outcome = Outcome(first_call_s=time.perf_counter() - start,
                           sanitizer=getattr(built, "sanitizer_report", None)
-                          if self.sanitize else None, model_note=model_note)
+                          if self.sanitize else None, model_note=model_note,
+                          log=getattr(built, "last_log", None))
         if self.oracle:
             self.on_phase("checking")
             self._check(outcome, outputs, expected)

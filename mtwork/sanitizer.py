@@ -55,6 +55,7 @@ class Finding:
     called_from: str = ""      # the author's call of the helper `line` is in, e.g. "source:7"
     count: int = 1
     detail: str = ""
+    messages: tuple[str, ...] = ()  # the last messages its threads logged (os_log)
 
     def __str__(self) -> str:
         parts = [f"{self.kind} in kernel `{self.kernel}`"]
@@ -75,7 +76,7 @@ class Finding:
             parts.append(f"({self.count} times)")
         if self.detail:
             parts.append(self.detail)
-        return ", ".join(parts)
+        return "\n     ".join([", ".join(parts), *self.messages])
 
 
 @dataclass

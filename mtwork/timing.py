@@ -36,6 +36,7 @@ from .backends import resolve as resolve_backend
 from .batched import PER_DISPATCH, WHOLE_CALL, batched
 from .display import TimeUnit, html_table
 from .kernel import Launch
+from .kernel_log import quietly
 from .library_kernel import LibraryLaunch
 
 CLOCK_LABELS = {
@@ -235,9 +236,10 @@ def bench(
     check_counts(warmup, rounds)
     clock = clock_for(backend)
     call = timed(on_backend(fn, clock.backend), clock, timer, setup)
-    for _ in range(warmup):
-        call()
-    samples = [call()[0] for _ in range(rounds)]
+    with quietly():  # a kernel that logs does not print every timed call's messages
+        for _ in range(warmup):
+            call()
+        samples = [call()[0] for _ in range(rounds)]
     return Measurement.from_samples(
         samples, clock=call.clock, name=name, warmup=warmup, cv_threshold=cv_threshold,
         launch=call.launch[warmup:],

@@ -33,7 +33,7 @@ from ..recording import record
 from ..sanitizer import SanitizerError, SanitizerWarning
 
 __all__ = ["Backend", "OutputMemory", "backends", "builds_graph", "cancel", "chosen",
-           "compile", "default_backend", "get", "hold", "names", "output_memory",
+           "compile", "default_backend", "get", "hold", "log_note", "names", "output_memory",
            "recording", "register", "resolve", "run", "unregister"]
 
 
@@ -182,6 +182,15 @@ def chosen(backend: str | None, options: Options) -> str:
     return resolve("sim" if options.sanitize else backend)
 
 
+def log_note(options: Options, backend: str | None) -> str:
+    """What a call with ``log=True`` says when it runs on ``sim`` instead of `backend`
+    (None: the default): "" when it would have run on ``sim`` anyway."""
+    if not options.log or options.sanitize or options.profile or resolve(backend) == "sim":
+        return ""
+    return (f"run on sim for log=True: the {resolve(backend)} backend keeps no log of the "
+            f"kernel's os_log messages (see mtwork's logging guide)")
+
+
 def _chosen(backend: str | None, options: Options) -> Backend:
     return get(chosen(backend, options))
 
@@ -268,7 +277,9 @@ def run(program: Program, call: Dispatch, *, backend: str | None = None) -> Comp
     report = completion.sanitizer
     if report is not None and not report.ok:
         if call.options.sanitize == "raise":
-            raise SanitizerError(report)
+            error = SanitizerError(report)
+            error.log = completion.log  # type: ignore[attr-defined]
+            raise error
         if call.options.sanitize == "warn":
             warnings.warn(str(report), SanitizerWarning, stacklevel=3)
     return completion

@@ -53,6 +53,20 @@ def parse_diagnostics(message: str, *, header_shift: int = 0) -> list[Diagnostic
     return found
 
 
+def editor_place(file: str, line: int, library: Path | None, header_shift: int = 0
+                 ) -> tuple[File, int] | None:
+    """Where `file`'s `line` (as a kernel's log or report names it) is in the edited
+    texts: the body (``source``, or a full-source kernel's `library` file) or the header
+    (less the `header_shift` lines a launch's defines put above it); None elsewhere."""
+    if line <= 0:
+        return None
+    if file == "header":
+        return "header", max(1, line - header_shift)
+    if file == "source" or (library is not None and Path(file).name == library.name):
+        return "source", line
+    return None
+
+
 _FINDING_LINE = re.compile(r"^(?P<file>[^\s:]+):(?P<line>\d+)")
 
 

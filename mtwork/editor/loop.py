@@ -340,7 +340,8 @@ class EditLoop:
                           "diagnostics": tuple(parse_diagnostics(exc.message,
                                                                  header_shift=shift))}
             except KernelFault as exc:
-                fields = {"status": "fault", "message": str(exc)}
+                fields = {"status": "fault", "message": str(exc),
+                          "log": getattr(exc, "log", None)}
             except Exception as exc:  # noqa: BLE001 - any failure is this run's outcome
                 fields = {"status": "error", "message": f"{type(exc).__name__}: {exc}"}
             finally:
@@ -390,7 +391,8 @@ class EditLoop:
         result = self._runner.run(launch, config)
         fields: dict[str, Any] = {"diffs": tuple(result.diffs),
                                   "measurement": result.measurement,
-                                  "sanitizer": result.sanitizer}
+                                  "sanitizer": result.sanitizer, "log": result.log,
+                                  "header_shift": launch.define_line_count}
         if result.sanitizer is not None and not result.sanitizer.ok:
             fields["status"] = "unsafe"
             fields["diagnostics"] = tuple(finding_diagnostics(

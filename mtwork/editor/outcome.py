@@ -1,5 +1,6 @@
 """What one step of the editor gave: an `Outcome` (status, the compiler's diagnostics,
-the diffs, the timing, the sanitizer's report) and its one-line summary."""
+the diffs, the timing, the sanitizer's report, the kernel's log) and its one-line
+summary."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from typing import Any, Literal
 
 from ..display import TimeUnit
 from ..gpu.model import Estimate
+from ..kernel_log import KernelLog
 from ..oracle import DiffReport
 from ..sanitizer import SanitizerReport
 from ..timing import Measurement
@@ -35,6 +37,8 @@ class Outcome:
     sanitizer: SanitizerReport | None = None  # with the sanitizer on
     estimate: Estimate | None = None  # the modelled time of a correct run on the chosen GPU
     seconds: float = 0.0  # wall time of the whole step
+    log: KernelLog | None = None  # the kernel's os_log messages in the run (sim)
+    header_shift: int = 0  # lines a launch's defines put above the header
 
     @property
     def ok(self) -> bool:

@@ -1,13 +1,18 @@
 """HTML for what the editor shows beside the code: the compiler's errors, the last result
-(diffs against the oracle and the timing), and a static copy of the whole editor, with the
-source and its line numbers, for notebooks exported to HTML (no JavaScript needed)."""
+(diffs against the oracle, the kernel's log beside them, and the timing), and a static copy
+of the whole editor, with the source and its line numbers, for notebooks exported to HTML
+(no JavaScript needed). A log message's row names the editor (`uid`) and the line it was
+written at: the code editor moves to that line when the row is clicked
+(js/editor_src.js)."""
 
 from __future__ import annotations
 
 import html
 from collections.abc import Sequence
+from pathlib import Path
 
-from .diagnostics import Diagnostic
+from ..display import count_text
+from .diagnostics import Diagnostic, editor_place
 from .loop import EditLoop
 from .outcome import Outcome
 
@@ -28,8 +33,9 @@ def status_text(loop: EditLoop) -> tuple[str, str]:
     return loop.last.status, loop.last.summary()
 
 
-def errors_html(outcome: Outcome | None) -> str:
-    """The compiler's text (or the fault, or the error) of a failed step; "" otherwise."""
+def errors_html(outcome: Outcome | None, *, library: Path | None = None, uid: str = "") -> str:
+    """The compiler's text (or the fault, or the error) of a failed step, with the log of
+    a kernel that faulted; "" otherwise."""
     if outcome is None or outcome.status in ("ok", "ran", "compiled", "wrong", "unsafe"):
         return ""
     title = {"compile_error": "Compile error", "fault": "Kernel fault",
@@ -38,14 +44,52 @@ def errors_html(outcome: Outcome | None) -> str:
         f'<div class="mtw-editor-errors" style="{_BOX}">'
         f'<div style="color:{_FAIL};font-weight:bold">{title} (run #{outcome.number})</div>'
         f'<pre style="{_PRE};background:#fff1f0;color:#1f2328">'
-        f"{html.escape(outcome.message)}</pre></div>"
+        f"{html.escape(outcome.message)}</pre>{log_html(outcome, library, uid)}</div>"
     )
 
 
-def result_html(loop: EditLoop, *, fold_passing: bool = False) -> str:
-    """The diffs and timing of the last run that compiled and ran (a wrong result is
-    shown too, it is the news), marked as earlier when newer runs failed or are running.
-    `fold_passing` folds the diff tables of a passing run (the summary line says PASS)."""
+LOG_ROWS = 200  # messages the panel lists
+
+
+def log_html(outcome: Outcome, library: Path | None = None, uid: str = "") -> str:
+    """The kernel's log of `outcome`'s run: its summary and its first messages, each row
+    taking the editor with `uid` to the message's line when clicked; "" without one."""
+    log = outcome.log
+    if log is None or not (log.messages or log.dropped):
+        return ""
+    rows = []
+    for m in log.messages[:LOG_ROWS]:
+        place = editor_place(m.file, m.line, library, outcome.header_shift)
+        target = (f' data-mtw-uid="{html.escape(uid)}" data-mtw-file="{place[0]}" '
+                  f'data-mtw-line="{place[1]}" title="go to {place[0]} line {place[1]}" '
+                  f'style="cursor:pointer"' if place else "")
+        level = "" if m.level == "default" else f"[{m.level}] "
+        cells = (f"({m.threadgroup[0]},{m.threadgroup[1]},{m.threadgroup[2]})",
+                 f"({m.thread[0]},{m.thread[1]},{m.thread[2]})", str(m.lane), m.place,
+                 level + m.text)
+        rows.append(f'<tr class="mtw-log-row"{target}>'
+                    + "".join(f'<td style="{_LOG_CELL}">{html.escape(c)}</td>' for c in cells)
+                    + "</tr>")
+    rest = len(log) - min(len(log), LOG_ROWS)
+    more = (f'<div style="color:{_MUTED}">… and {count_text(rest)} more: '
+            f"editor.last.log has them all</div>" if rest else "")
+    head = "".join(f'<th style="{_LOG_CELL}">{h}</th>' for h in log.HEADER)
+    return (f'<div class="mtw-editor-log" style="{_BOX}">'
+            f'<div style="font-weight:bold">{html.escape(log.summary())}</div>'
+            f'<div style="max-height:260px;overflow:auto"><table style="border-collapse:'
+            f'collapse;font-size:12px"><thead><tr>{head}</tr></thead><tbody>{"".join(rows)}'
+            f"</tbody></table></div>{more}</div>")
+
+
+_LOG_CELL = ("padding:1px 6px;text-align:left;border-bottom:1px solid #eaeef2;"
+             "font-family:monospace;white-space:pre")
+
+
+def result_html(loop: EditLoop, *, fold_passing: bool = False, uid: str = "") -> str:
+    """The diffs, the kernel's log beside them, and the timing of the last run that
+    compiled and ran (a wrong result is shown too, it is the news), marked as earlier when
+    newer runs failed or are running. `fold_passing` folds the diff tables of a passing run
+    (the summary line says PASS); `uid` names the editor a log row's click moves."""
     shown = _last_shown(loop)
     if shown is None:
         return (f'<div class="mtw-editor-result" style="{_BOX};color:{_MUTED}">'
@@ -68,12 +112,19 @@ def result_html(loop: EditLoop, *, fold_passing: bool = False) -> str:
         parts.append(f'<pre style="{_PRE}">{html.escape(shown.message)}</pre>')
     if shown.sanitizer is not None and not shown.sanitizer.ok:
         parts.append(f'<div class="mtw-editor-sanitizer">{shown.sanitizer._repr_html_()}</div>')
+    beside = []
     if shown.diffs:
         opened = "" if fold_passing and shown.ok else " open"
-        parts.append(f"<details{opened}><summary>diffs against the oracle</summary>"
-                     '<div style="display:flex;flex-wrap:wrap;gap:12px;margin-top:4px">'
-                     + "".join(f"<div>{d._repr_html_()}</div>" for d in shown.diffs)
-                     + "</div></details>")
+        beside.append(f"<details{opened}><summary>diffs against the oracle</summary>"
+                      '<div style="display:flex;flex-wrap:wrap;gap:12px;margin-top:4px">'
+                      + "".join(f"<div>{d._repr_html_()}</div>" for d in shown.diffs)
+                      + "</div></details>")
+    logged = log_html(shown, loop.target.files.get("source"), uid)
+    if logged:
+        beside.append(logged)
+    if beside:
+        parts.append('<div style="display:flex;flex-wrap:wrap;gap:16px;align-items:'
+                     'flex-start">' + "".join(f"<div>{b}</div>" for b in beside) + "</div>")
     if shown.measurement is not None:
         parts.append(f'<div style="margin-top:4px">{shown.measurement._repr_html_()}</div>')
     if shown.estimate is not None:
@@ -142,8 +193,8 @@ def snapshot_html(loop: EditLoop, uid: str = "") -> str:
         opened = " open" if header_diagnostics else ""
         parts.append(f"<details{opened}><summary>{html.escape(target.file_name('header'))}</summary>"
                      + code_html(loop.header, header_diagnostics) + "</details>")
-    parts.append(errors_html(last))
-    parts.append(result_html(loop))
+    parts.append(errors_html(last, library=target.files.get("source"), uid=uid))
+    parts.append(result_html(loop, uid=uid))
     if loop.last_sweep is not None:
         parts.append(f'<div style="margin-top:6px">{loop.last_sweep._repr_html_()}</div>')
     parts.append("</div>")

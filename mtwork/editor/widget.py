@@ -308,8 +308,9 @@ class Editor:
         self.code.status, self.code.status_text = kind, text
         self.code.dirty = self.loop.dirty
         self._stop_button.disabled = self.loop.phase == "idle"
-        self._errors.value = errors_html(self.loop.last)
-        self._result.value = result_html(self.loop, fold_passing=True)
+        library = self.loop.target.files.get("source")
+        self._errors.value = errors_html(self.loop.last, library=library, uid=self.uid)
+        self._result.value = result_html(self.loop, fold_passing=True, uid=self.uid)
 
     def _sweep_in_background(self) -> None:
         future = self.loop.submit_sweep(**self._sweep_options())

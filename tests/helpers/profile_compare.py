@@ -66,7 +66,7 @@ def pytest_configure(config) -> None:
 
     comparing = []  # a profiled call's own plain call is not compared again
 
-    def dispatch_here(self, program, call, place=None):
+    def dispatch_here(self, program, call, place=None, log_memory=None):
         if call.options.sanitize is None and not call.options.profile and not comparing:
             comparing.append(True)
             try:
@@ -75,6 +75,6 @@ def pytest_configure(config) -> None:
                 comparing.clear()
             with open(log, "a", encoding="utf-8") as out:
                 out.write(json.dumps(row) + "\n")
-        return real(self, program, call, place)
+        return real(self, program, call, place, log_memory)
 
     SimBackend.dispatch_here = dispatch_here

@@ -58,8 +58,11 @@ def plain_too(dispatch: Dispatch) -> bool:
 
 
 def call(backend: SimBackend, program: Program, dispatch: Dispatch,
-         place: Callable[[int, Fresh], np.ndarray] | None) -> Completion:
-    """The profiled call of `program` over `dispatch` on `backend`, in this process."""
+         place: Callable[[int, Fresh], np.ndarray] | None,
+         log_memory: np.ndarray | None = None) -> Completion:
+    """The profiled call of `program` over `dispatch` on `backend`, in this process. Its
+    outputs, and the kernel's messages (to `log_memory` where given), come from a plain
+    call where the counters are sampled or kept; a whole count keeps no log."""
     compiled = backend.compile_profiled(program, plain_too(dispatch))
     how = mode()
     name = kept.key(compiled.library.path, program.label, dispatch,
@@ -75,7 +78,7 @@ def call(backend: SimBackend, program: Program, dispatch: Dispatch,
         kept.keep(name, done.counters)
         return done
     plain = replace(dispatch, options=replace(dispatch.options, profile=False))
-    done = backend.dispatch_here(program, plain, place)
+    done = backend.dispatch_here(program, plain, place, log_memory)
     done.counters = counters
     return done
 

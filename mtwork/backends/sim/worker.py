@@ -6,7 +6,9 @@ a token) and a plan (the dispatch's geometry and options, where every buffer sit
 shared segments, what to open and zero; sent once, then an id), the ids mtwork no longer
 uses, the segments whose file descriptors come with it and the segments mtwork unmapped;
 the reply is the buffers written, the sanitizer's report, the threadgroup memory used, the
-engine that ran it and the profiler's counters, or the exception the dispatch raised.
+engine that ran it and the profiler's counters, or the exception the dispatch raised. The
+kernel's messages go to the log the plan names, in shared memory, where mtwork reads them
+(also when this process died).
 Only the blocks a dispatch uses are accessible while it runs (`run.arena.WorkerMemory`),
 so a write past a buffer's end, or into memory of another array, faults at once.
 $MTWORK_WORKER_PROFILE names a file for the worker's cProfile statistics
@@ -31,7 +33,8 @@ from .run.arena import Placement, Range, WorkerMemory
 from .run.channel import ChannelClosed, receive, send
 
 Plan = tuple[Geometry, Options, float, tuple[tuple[int, int], ...], frozenset[Range],
-             tuple[Range, ...], tuple[tuple[int, Placement, tuple], ...], tuple[int, ...]]
+             tuple[Range, ...], tuple[tuple[int, Placement, tuple], ...], tuple[int, ...],
+             Placement | None]
 
 
 class _Worker:
@@ -45,7 +48,7 @@ class _Worker:
         self.memory = WorkerMemory()
         self.programs: dict[int, Program] = {}
         self.plans: dict[int, Plan] = {}
-        self.calls: dict[int, tuple[Dispatch, dict[int, np.ndarray]]] = {}
+        self.calls: dict[int, tuple[Dispatch, dict[int, np.ndarray], np.ndarray | None]] = {}
 
     def segments(self, new: tuple[int, ...], fds: list[int], gone: tuple[int, ...]) -> None:
         """Maps the segments whose descriptors came (`new`), unmaps those mtwork let go."""
@@ -68,18 +71,19 @@ class _Worker:
             self.programs[token] = program
         if plan is not None:
             self.plans[plan_id] = plan
-        call, views = self.calls.get(plan_id) or self._prepare(plan_id)
-        _, _, _, _, opened, zeroed, _, _ = self.plans[plan_id]
+        call, views, log = self.calls.get(plan_id) or self._prepare(plan_id)
+        _, _, _, _, opened, zeroed, _, _, _ = self.plans[plan_id]
         self.memory.open(opened, zeroed)
         done = self.backend.dispatch_here(self.programs[token], call,
-                                          place=lambda i, _fresh: views[i])
+                                          place=lambda i, _fresh: views[i], log_memory=log)
         engine = done.engine
         return (tuple(sorted(done.buffers)), done.sanitizer, done.threadgroup_memory,
                 engine.name if engine else None, engine.reason if engine else None,
                 done.counters)
 
-    def _prepare(self, plan_id: int) -> tuple[Dispatch, dict[int, np.ndarray]]:
-        geometry, options, timeout, threadgroup_memory, _, _, placed, unbound = (
+    def _prepare(self, plan_id: int
+                 ) -> tuple[Dispatch, dict[int, np.ndarray], np.ndarray | None]:
+        geometry, options, timeout, threadgroup_memory, _, _, placed, unbound, log = (
             self.plans[plan_id])
         views: dict[int, np.ndarray] = {}
         buffers: dict[int, Bound | Fresh] = {}
@@ -93,8 +97,9 @@ class _Worker:
                                        contiguous=False)
         call = Dispatch(buffers, geometry, dataclasses.replace(options, timeout=timeout),
                         dict(threadgroup_memory), unbound)
-        self.calls[plan_id] = call, views
-        return call, views
+        log_view = self.memory.view(log) if log is not None else None
+        self.calls[plan_id] = call, views, log_view
+        return call, views, log_view
 
 
 def _reply_error(sock: socket.socket, exc: BaseException) -> None:

@@ -6,6 +6,8 @@
 // ({source, header?}), active (the file shown), diagnostics ([{file, line, col, severity,
 // message}], 1-based), status and status_text (what the loop is doing), dirty, uid.
 // Messages sent to Python: {type: "run"} (Ctrl/Cmd-Enter, Run button), {type: "save"}.
+// A click on a row of the kernel's log (mtwork/editor/panels.py: data-mtw-uid, -file and
+// -line) selects that line here.
 
 import { EditorView, basicSetup } from "codemirror";
 import { EditorState, Prec, RangeSetBuilder, StateEffect, StateField } from "@codemirror/state";
@@ -261,8 +263,24 @@ function render({ model, el }) {
     else states[file] = state.update({ changes }).state;
   }
 
+  function showLine(file, number) {
+    if (!states[file]) return;
+    switchTo(file);
+    const doc = view.state.doc;
+    const line = doc.line(Math.min(Math.max(number, 1), doc.lines));
+    view.dispatch({ selection: { anchor: line.from, head: line.to }, scrollIntoView: true });
+    view.focus();
+  }
+
+  function onLogClick(event) {
+    const row = event.target.closest ? event.target.closest("[data-mtw-line]") : null;
+    if (!row || row.dataset.mtwUid !== model.get("uid")) return;
+    showLine(row.dataset.mtwFile, Number(row.dataset.mtwLine));
+  }
+
   runButton.addEventListener("click", runNow);
   saveButton.addEventListener("click", saveNow);
+  document.addEventListener("click", onLogClick);
   const listeners = [
     ["change:source", () => fromPython("source")],
     ["change:header", () => fromPython("header")],
@@ -279,6 +297,7 @@ function render({ model, el }) {
   showDiagnostics();
 
   return () => {
+    document.removeEventListener("click", onLogClick);
     for (const file of Object.keys(timers)) flush(file);
     for (const [event, handler] of listeners) model.off(event, handler);
     view.destroy();

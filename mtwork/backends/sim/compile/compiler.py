@@ -32,6 +32,7 @@ from ....toolchain import run_clang
 from ..count.instrument import author_place, instrument
 from . import precompiled
 from .linking import run_link
+from .log_formats import clarify
 from .sources import for_emulator, rewriters_digest
 from .translation import Translation, author_message
 
@@ -373,7 +374,7 @@ def _compile_library(tu: Translation, flags: list[str], includes: list[str], cpp
     result = precompiled.run_from(pch, [*flags, *includes, str(cpp), "-o", str(built)],
                                   lambda args: run_link(args, built, kernel_label, target))
     if result.returncode != 0:
-        raise CompileError(kernel_label, author_message(result.stderr, tu, str(cpp)))
+        raise CompileError(kernel_label, clarify(author_message(result.stderr, tu, str(cpp))))
 
 
 def _compile_profiled(tu: Translation, flags: list[str], includes: list[str], cpp: Path,
@@ -387,7 +388,7 @@ def _compile_profiled(tu: Translation, flags: list[str], includes: list[str], cp
     result = precompiled.run_from(pch, [*flags, "-S", "-emit-llvm", *includes, str(cpp),
                                         "-o", str(ir)], lambda args: run_clang(args, kernel_label))
     if result.returncode != 0:
-        raise CompileError(kernel_label, author_message(result.stderr, tu, str(cpp)))
+        raise CompileError(kernel_label, clarify(author_message(result.stderr, tu, str(cpp))))
     text, table = instrument(ir.read_text(), shim_dir=str(SHIM_DIR),
                              place=author_place(tu.sources))
     counted = cpp.with_name("counted.ll")

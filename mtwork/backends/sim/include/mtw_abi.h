@@ -68,6 +68,30 @@ void* mtw_threadgroup_alloc(uint32_t size, uint32_t align, const char* name,
 void mtw_sanitizer_atomic(int inside);
 void mtw_kernel_fault(const char* message);
 
+// Logging (os_log, include/mtw_logging.h): one argument of a message, its value widened
+// (integers to 64 bits, floats to double); `count` components of a vector, 1 for a scalar.
+enum mtw_log_kind { MTW_LOG_SIGNED = 0, MTW_LOG_UNSIGNED = 1, MTW_LOG_FLOAT = 2,
+                    MTW_LOG_STRING = 3, MTW_LOG_POINTER = 4 };
+// Metal's log levels: os_log::log, log_debug, log_info, log_error, log_fault.
+enum mtw_log_level { MTW_LOG_DEFAULT = 0, MTW_LOG_DEBUG = 1, MTW_LOG_INFO = 2,
+                     MTW_LOG_ERROR = 3, MTW_LOG_FAULT = 4 };
+typedef struct mtw_log_arg {
+  uint32_t kind;   // mtw_log_kind
+  uint32_t count;  // components
+  union {
+    int64_t i[4];
+    uint64_t u[4];
+    double f[4];
+    const void* p;
+  } value;
+} mtw_log_arg;
+// Writes one message of the running thread into the dispatch's log, `format` (checked
+// when the kernel compiled, include/mtw_log_format.h) printed with `args`; `file` and
+// `line` are the call's place in the compiled source.
+void mtw_log_message(uint32_t level, const char* subsystem, const char* category,
+                     const char* format, const char* file, uint32_t line,
+                     const mtw_log_arg* args, uint32_t count);
+
 #ifdef __cplusplus
 }
 #endif

@@ -18,14 +18,16 @@ import numpy as np
 from ....buffers import byte_span
 from ....dispatch import Program
 from ....errors import KernelDeadlock, KernelFault, ThreadgroupMemoryError
+from ....kernel_log import KernelLog, Triple
 from ....sanitizer import Finding, SanitizerReport
 from ..compile.translation import Translation
 from ..run import abi, runtime
 from ..run.memory import UNBOUND_SPAN, Memory
+from .logs import threads_named
 from .places import Places
 from .symbolizer import symbolize
 
-__all__ = ["describe_buffers", "fault_finding", "report"]
+__all__ = ["describe_buffers", "fault_finding", "quote_messages", "report"]
 
 
 def _buffer_params(program: Program) -> list:
@@ -190,6 +192,25 @@ def _unwritten_outputs(name: str, memory: Memory,
                 detail=f"{missing.size} of {buf.size} elements unwritten and no init_value",
             ))
     return found
+
+
+def _threads(f: Finding) -> list[tuple[Triple, Triple]]:
+    """The (threadgroup, thread) pairs a finding is about: its thread, the other thread
+    of a race or divergence, or those its detail names (a fault)."""
+    if f.threadgroup is None or f.thread is None:
+        return threads_named(f.detail)
+    pairs = [(f.threadgroup, f.thread)]
+    if f.other_thread is not None and f.other_access != "inactive":
+        pairs.append((f.threadgroup, f.other_thread))
+    return pairs  # type: ignore[return-value]
+
+
+def quote_messages(report: SanitizerReport, log: KernelLog | None) -> None:
+    """Each finding with the last messages its threads logged, when they logged any."""
+    if log is None or not log.messages:
+        return
+    report.findings[:] = [replace(f, messages=tuple(said)) if (said := log.last_words(
+        _threads(f))) else f for f in report.findings]
 
 
 def fault_finding(name: str, fault: KernelFault) -> Finding | None:

@@ -1,7 +1,8 @@
 """The emulator runtime's C interface, as ctypes sees it: the records a dispatch passes
-(`LaunchRecord`, `BufferInfo`) and gets back (`Finding`, `LiveThreadRecord`), the
-library's function signatures (`runtime_handle`), and the sanitizer's kinds of finding
-from the runtime's own table. Mirrors runtime/runtime.h and runtime/mtw_abi.h."""
+(`LaunchRecord`, `BufferInfo`) and gets back (`Finding`, `LiveThreadRecord`, the log's
+`LogHeader` and `LogRecord`s), the library's function signatures (`runtime_handle`), and
+the sanitizer's kinds of finding from the runtime's own table. Mirrors runtime/runtime.h
+and include/mtw_abi.h."""
 
 from __future__ import annotations
 
@@ -71,6 +72,45 @@ class LiveThreadRecord(ctypes.Structure):
 
 
 
+class LogHeader(ctypes.Structure):
+    """The head of a dispatch's log (mtw_log_header); records follow it."""
+
+    _fields_ = [
+        ("serial", ctypes.c_uint32),
+        ("reserved", ctypes.c_uint32),
+        ("capacity", ctypes.c_uint64),
+        ("used", ctypes.c_uint64),
+        ("messages", ctypes.c_uint64),
+        ("dropped", ctypes.c_uint64),
+        ("truncated", ctypes.c_uint64),
+    ]
+
+
+class LogRecord(ctypes.Structure):
+    """One message (mtw_log_record); the file's name, subsystem, category and text
+    follow it, unterminated."""
+
+    _fields_ = [
+        ("serial", ctypes.c_uint32),
+        ("size", ctypes.c_uint32),
+        ("group", ctypes.c_uint32 * 3),
+        ("thread", ctypes.c_uint32 * 3),
+        ("index", ctypes.c_uint32),
+        ("line", ctypes.c_uint32),
+        ("level", ctypes.c_uint8),
+        ("cut", ctypes.c_uint8),
+        ("file_bytes", ctypes.c_uint16),
+        ("subsystem_bytes", ctypes.c_uint16),
+        ("category_bytes", ctypes.c_uint16),
+        ("text_bytes", ctypes.c_uint16),
+        ("reserved", ctypes.c_uint16),
+    ]
+
+
+LOG_TEXT_MAX = 1024  # MTW_LOG_TEXT_MAX: a message's text is cut there, as Metal's is
+LOG_LEVELS = ("default", "debug", "info", "error", "fault")  # mtw_log_level
+
+
 class LaunchRecord(ctypes.Structure):
     _fields_ = [
         ("entry", ctypes.c_void_p),
@@ -90,6 +130,7 @@ class LaunchRecord(ctypes.Structure):
         ("findings", ctypes.c_void_p),
         ("groups", ctypes.c_void_p),
         ("ngroups", ctypes.c_uint64),
+        ("log", ctypes.c_void_p),
     ]
 
 

@@ -42,8 +42,9 @@ from ....dispatch import BodyForm, Completion, Dispatch, Engine, Program
 from ....errors import KernelCancelled, KernelFault, KernelTimeout
 from . import runtime
 from .channel import PLANS_KEPT, PROGRAMS_KEPT, ChannelClosed, receive, send
+from .logbuffer import HEADER_BYTES, LogBuffer, RawLog
 from .placement import Placed, place
-from .shared import SharedHeap, heap
+from .shared import SharedBlock, SharedHeap, heap
 
 __all__ = ["Isolated", "isolate_by_default"]
 
@@ -108,6 +109,7 @@ class Isolated:
         self._plans = _Kept(plans_kept)
         self._ids = itertools.count()
         self._cancelled = False
+        self._log: SharedBlock | None = None  # where dispatches' logs go, reused
         self._idle_timer: threading.Timer | None = None
         # Ended before the interpreter tears down: no worker left running, no socket open.
         atexit.register(_close_if_alive, weakref.ref(self))
@@ -176,6 +178,9 @@ class Isolated:
         self._cancel_idle()
         with self._lock:
             self._stop(grace=1.0)
+            if self._log is not None:
+                self._log.release()
+                self._log = None
 
     def close_when_idle(self, seconds: float) -> None:
         """Ends the worker in `seconds` unless a dispatch comes first (a process whose
@@ -200,7 +205,12 @@ class Isolated:
 
     # --- one dispatch --------------------------------------------------------------------
 
-    def dispatch(self, program: Program, call: Dispatch) -> Completion:
+    def dispatch(self, program: Program, call: Dispatch, log_room: int = 0,
+                 on_log: Callable[[RawLog | None], None] | None = None) -> Completion:
+        """Runs the call in the worker, its messages in a log of `log_room` bytes of
+        records (0: none). `on_log` hears them (None: no log) when the dispatch ends,
+        whichever way (the log lies in shared memory, which outlives the worker), before
+        another dispatch can write there."""
         # The watchdog's limit is read here, where the caller's environment is: a worker
         # keeps the environment it started with.
         timeout = call.options.timeout or runtime.default_timeout()
@@ -209,45 +219,59 @@ class Isolated:
             self._cancelled = False
             self._ensure_started()
             shared = heap()  # this process's (a forked child has its own)
-            request, placed, fds = self._request(program, call, timeout, shared)
+            request, placed, fds = self._request(program, call, timeout, shared, log_room)
             try:
-                send(self._sock, request, fds)  # type: ignore[arg-type]
-                self._sent |= placed.segments
-                reply = self._wait(program, timeout)
-            except KeyboardInterrupt:
-                placed.release()
-                self._stop()
-                raise
-            except (ChannelClosed, OSError):
-                placed.release()
-                status = self._stop()
-                # The next call's worker, importing while the caller looks (if it cannot
-                # start now, the next call says why).
-                with contextlib.suppress(OSError):
-                    self._start()
-                if self._cancelled:
-                    raise KernelCancelled(program.label, "stopped before it ended") from None
-                raise KernelFault(program.label, _death(status)) from None
-            except BaseException:
-                placed.release()
-                raise
-            return self._completion(reply, placed, call, shared,
-                                    as_mx=isinstance(program.form, BodyForm))
+                return self._run(program, call, timeout, shared, request, placed, fds)
+            finally:
+                if on_log is not None:
+                    on_log(self._read_log(shared, placed))
 
-    def _request(self, program: Program, call: Dispatch, timeout: float, shared: SharedHeap
-                 ) -> tuple[tuple, Placed, list[int]]:
+    def _run(self, program: Program, call: Dispatch, timeout: float, shared: SharedHeap,
+             request: tuple, placed: Placed, fds: list[int]) -> Completion:
+        """Sends the request and makes the completion of the reply (lock held)."""
+        try:
+            send(self._sock, request, fds)  # type: ignore[arg-type]
+            self._sent |= placed.segments
+            reply = self._wait(program, timeout)
+        except KeyboardInterrupt:
+            placed.release()
+            self._stop()
+            raise
+        except (ChannelClosed, OSError):
+            placed.release()
+            status = self._stop()
+            # The next call's worker, importing while the caller looks (if it cannot
+            # start now, the next call says why).
+            with contextlib.suppress(OSError):
+                self._start()
+            if self._cancelled:
+                raise KernelCancelled(program.label, "stopped before it ended") from None
+            raise KernelFault(program.label, _death(status)) from None
+        except BaseException:
+            placed.release()
+            raise
+        return self._completion(reply, placed, call, shared,
+                                as_mx=isinstance(program.form, BodyForm))
+
+    def _request(self, program: Program, call: Dispatch, timeout: float, shared: SharedHeap,
+                 room: int) -> tuple[tuple, Placed, list[int]]:
         """The message for the worker, with every buffer placed in shared memory
         (`placement.place`), and the file descriptors of the segments the worker has not
         mapped yet. A call like an earlier one (same geometry, options, buffers and
         placements) reuses its plan."""
         placed = place(shared, call)
         try:
+            if room:
+                placed.with_log(self._log_block(shared, HEADER_BYTES + room),
+                                HEADER_BYTES + room)
+                # Emptied before the worker writes: a worker that dies leaves no old log.
+                LogBuffer(shared.segment(placed.log.segment).mapping.view(placed.log)).reset()
             new = sorted(placed.segments - self._sent)
             fds = [shared.segment(s).mapping.fd for s in new]
             # The plan does not depend on the kernel: calls of several kernels share it.
             plan = (call.geometry, call.options, timeout,
                     tuple(sorted(call.threadgroup_memory.items())), placed.opened,
-                    placed.zeroed, placed.worker_buffers(call), call.unbound)
+                    placed.zeroed, placed.worker_buffers(call), call.unbound, placed.log)
             kept_plan = self._plans.get(plan)
             # Nothing may fail between naming what the worker is sent and sending it.
             forget: list[int] = []
@@ -263,6 +287,23 @@ class Isolated:
         request = (token, program if new_program else None, plan_id,
                    plan if new_plan else None, tuple(forget), tuple(new), tuple(gone))
         return request, placed, fds
+
+    def _log_block(self, shared: SharedHeap, nbytes: int) -> SharedBlock:
+        """The block dispatches' logs go to: kept from call to call (its range stays
+        open in the worker), made anew for another size or heap (a forked child's)."""
+        block = self._log
+        if block is None or block.heap is not shared or block.nbytes != nbytes:
+            if block is not None and block.heap is shared:
+                block.release()
+            block = self._log = shared.allocate(nbytes)
+        return block
+
+    @staticmethod
+    def _read_log(shared: SharedHeap, placed: Placed) -> RawLog | None:
+        """The messages of the dispatch `placed` was for, from shared memory."""
+        if placed.log is None:
+            return None
+        return LogBuffer(shared.segment(placed.log.segment).mapping.view(placed.log)).read()
 
     def _wait(self, program: Program, limit: float) -> Any:
         grace = min(max(limit, _GRACE_BOUNDS[0]), _GRACE_BOUNDS[1])

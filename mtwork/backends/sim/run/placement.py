@@ -94,6 +94,15 @@ class Placed:
     staged: set[int]  # buffer indices whose memory is a staging block
     segments: set[int]  # the segments the call uses
     blocks: list[SharedBlock] = field(default_factory=list)  # staging blocks
+    log: Placement | None = None  # the dispatch's log (its bytes: header and records)
+
+    def with_log(self, block: SharedBlock, nbytes: int) -> None:
+        """Puts the dispatch's log in `block` (kept by the caller beyond the call: it is
+        read after the dispatch, also when the worker died): opened, and named in the
+        plan."""
+        self.log = Placement(block.segment.id, block.offset, nbytes, 0, (nbytes,), (1,), "|u1")
+        self.segments.add(block.segment.id)
+        self.opened = self.opened | {(block.segment.id, block.offset, block.capacity)}
 
     def worker_buffers(self, call: Dispatch) -> tuple:
         return tuple((i, self.placements[i], _spec(call.buffers[i]))

@@ -40,11 +40,16 @@ LIVE_THREADS_LISTED = 4
 
 # Status codes of runtime/runtime.h.
 (_OK, _RUNNING, _FAULT, _DEADLOCK, _TG_MEMORY, _CANCELLED, _KERNEL_ERROR, _SYSTEM,
- _NEEDS_FIBERS, _SANITIZER_STOP) = range(10)
+ _NEEDS_FIBERS, _SANITIZER_STOP, _LOGGED) = range(11)
 
 
 class NeedsFibers(Exception):
     """A kernel dispatched as barrier-free blocked; run it again with barrier_free=False."""
+
+
+class Logged(NeedsFibers):
+    """A kernel dispatched as barrier-free (plain loops, the fast engine) logged: run it
+    again on fibers, where each message knows the thread that wrote it."""
 
 
 class SanitizerStop(KernelFault):
@@ -74,14 +79,20 @@ class LiveThread:
         return f"{who} {self.state} ({where})"
 
 
+# Defined in a kernel library that has a logging call (include/mtw_logging.h).
+_LOGS_MARKER = "_ZN5metal15__os_log_format4logsIvE6markerE"
+
+
 @dataclass(frozen=True)
 class KernelLibrary:
-    """A compiled kernel: its shared library and entry point."""
+    """A compiled kernel: its shared library and entry point, and whether it has a
+    logging call (`logs`: only then does a dispatch of it get a log)."""
 
     path: Path
     handle: ctypes.CDLL
     entry: int
     entry_barrier_free: int
+    logs: bool = False
 
 
 _libraries: dict[Path, KernelLibrary] = {}
@@ -105,6 +116,7 @@ def load(path: Path) -> KernelLibrary:
                 handle,
                 ctypes.cast(handle.mtw_entry, ctypes.c_void_p).value,
                 ctypes.cast(handle.mtw_entry_barrier_free, ctypes.c_void_p).value,
+                hasattr(handle, _LOGS_MARKER),
             )
             _libraries[path] = lib
     return lib
@@ -250,6 +262,7 @@ def dispatch(
     sanitizing: Sanitizing | None = None,
     lockstep: bool = False,
     groups: Sequence[int] | None = None,
+    log: int | None = None,
 ) -> int:
     """Runs the kernel over the grid; returns the threadgroup memory it used (bytes).
 
@@ -257,7 +270,9 @@ def dispatch(
 
     `barrier_free` runs the group as plain loops: only for kernels that never block.
     `lockstep`: the library traces its loads and stores (compiler.LOCKSTEP_FLAGS), and
-    each SIMD-group steps through threadgroup memory in lockstep.
+    each SIMD-group steps through threadgroup memory in lockstep. `log`: the address of
+    the log's header (`logbuffer.LogBuffer`), where the kernel's messages go; None: its
+    logging calls do nothing.
     Waits in short slices so Ctrl-C and the watchdog (`timeout` seconds, default
     $MTWORK_TIMEOUT or 120) can stop a kernel that never ends.
     """
@@ -275,6 +290,7 @@ def dispatch(
     if groups is not None:
         chosen = (ctypes.c_uint64 * max(1, len(groups)))(*groups)  # alive until the end
         launch.groups, launch.ngroups = ctypes.addressof(chosen), len(groups)
+    launch.log = log
     if sanitizing is not None:
         launch.sanitize = 1
         launch.buffer_info = ctypes.cast(sanitizing.buffers, ctypes.c_void_p).value
@@ -307,6 +323,8 @@ def dispatch(
         return used
     if status == _NEEDS_FIBERS:
         raise NeedsFibers(message)
+    if status == _LOGGED:
+        raise Logged(message)
     if stopped and not timed_out and _cancelled.is_set():
         raise KernelCancelled(kernel_name, "stopped before it ended")
     if stopped:

@@ -81,6 +81,40 @@ typedef struct mtw_live_thread {
                        // in (the return address into the kernel)
 } mtw_live_thread;
 
+// Logging (os_log): the dispatch's log, one block of memory, a header and then records
+// one after another, each reserved by an atomic add to `used` and complete when it carries
+// the header's serial (written last). The header's serial is a new number for each
+// dispatch: after a process died mid-dispatch, records of an earlier one are not read as
+// this one's.
+#define MTW_LOG_TEXT_MAX 1024  // a message's text, in bytes, as Metal keeps (longer: cut)
+
+typedef struct mtw_log_header {
+  uint32_t serial;
+  uint32_t reserved;
+  uint64_t capacity;   // bytes for records after the header
+  uint64_t used;       // bytes reserved by records (past `capacity`: they did not fit)
+  uint64_t messages;   // messages written
+  uint64_t dropped;    // messages that did not fit
+  uint64_t truncated;  // messages whose text was cut at MTW_LOG_TEXT_MAX bytes
+} mtw_log_header;
+
+typedef struct mtw_log_record {
+  uint32_t serial;     // the header's serial: the record is complete
+  uint32_t size;       // bytes of the record, a multiple of 8 (0: the records end here)
+  uint32_t group[3];   // threadgroup_position_in_grid
+  uint32_t thread[3];  // thread_position_in_threadgroup
+  uint32_t index;      // thread_index_in_threadgroup
+  uint32_t line;       // of the call, in `file`
+  uint8_t level;       // mtw_log_level
+  uint8_t cut;         // the text was cut
+  uint16_t file_bytes;
+  uint16_t subsystem_bytes;
+  uint16_t category_bytes;
+  uint16_t text_bytes;
+  uint16_t reserved;
+  // then the file's name, the subsystem, the category and the text, unterminated
+} mtw_log_record;
+
 typedef struct mtw_launch {
   mtw_entry_fn entry;
   void* const* buffers;
@@ -102,6 +136,7 @@ typedef struct mtw_launch {
   // not the whole grid (null): the profiler counts a sample of them so.
   const uint64_t* groups;
   uint64_t ngroups;
+  mtw_log_header* log;         // where messages go; null: logging calls do nothing
 } mtw_launch;
 
 enum mtw_status {
@@ -115,6 +150,8 @@ enum mtw_status {
   MTW_SYSTEM = 7,         // the runtime could not get memory or threads
   MTW_NEEDS_FIBERS = 8,   // a kernel run as barrier-free blocked: run it on the general path
   MTW_SANITIZER_STOP = 9, // the sanitizer stopped the kernel before a write out of bounds
+  MTW_LOGGED = 10,        // a kernel run without thread identities (plain loops, the fast
+                          // engine) logged: run it on fibers, where messages know their thread
 };
 
 // Starts a dispatch; returns nonzero if another is running. One dispatch at a time.
