@@ -23,34 +23,28 @@ and the messages of a kernel that logs (`os_log`) from `report.logs`.
 
 from __future__ import annotations
 
-import contextlib
 import os
-import re
-import threading
 import time
-from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 
 from ...dispatch import Completion, Dispatch, Engine, Fresh, Program
-from ...errors import CompileError, KernelFault, KernelTimeout
+from ...errors import KernelFault, KernelTimeout
 from ...kernel_log import KernelLog, no_messages
 from ...sanitizer import SanitizerError, SanitizerReport
 from ...toolchain import clang
 from . import profiled
-from .compile import compiler, frontend
-from .compile.lockstep import needs_lockstep
-from .compile.sources import never_blocks, translation_unit
-from .count.instrument import Table
+from .builds import Builds, Compiled
+from .compile import compiler
+from .compile.sources import never_blocks
 from .engine import Engines, FastLibrary, check_same
-from .report import findings, logs, profiling
+from .report import findings, logs
 from .run import abi, runtime
 from .run.isolation import Isolated, isolate_by_default
 from .run.logbuffer import LogBuffer, RawLog, buffer_size, give, take
-from .run.memory import Memory, unbound_index
+from .run.memory import Memory
 from .run.shared import SharedBlock, SharedHeap, heap
 
 __all__ = ["SimBackend"]
@@ -63,9 +57,6 @@ def _looks_barrier_free(program: Program) -> bool:
     return never_blocks(program)
 
 
-_PROGRAMS_KEPT = 1024
-# Compiles a profiled call's plain build beside its profiled one (compile_profiled).
-_BESIDE = ThreadPoolExecutor(max_workers=1, thread_name_prefix="mtwork-compile")
 # How long the worker outlives the last kernel object: long enough that code making a
 # kernel per step (a test per kernel, a loop) keeps one worker.
 IDLE_SECONDS = 5.0
@@ -84,52 +75,13 @@ _LOCKSTEP = ("its SIMD-groups rely on touching threadgroup memory in lockstep, w
              "not")
 
 
-def _needs_lockstep(program: Program) -> bool:
-    """Whether `program` runs with its SIMD-groups in lockstep through threadgroup memory
-    (lockstep.py); $MTWORK_SIM_LOCKSTEP=0 turns it off (to measure what it costs)."""
-    if os.environ.get("MTWORK_SIM_LOCKSTEP", "1") == "0":
-        return False
-    return needs_lockstep([program.sources.text, *(t for _, t in program.sources.files)])
-
-
-_FAULT_ADDRESS = re.compile(r"at address (0x[0-9a-fA-F]+)(?: in (?P<where>.*))?")
-
-
-def _unbound_read(program: Program, call: Dispatch, fault: KernelFault) -> TypeError | None:
-    """The error naming the unbound buffer a fault read or wrote, when it was one (its slot
-    points where nothing is mapped, `run.memory.unbound_index`)."""
-    found = _FAULT_ADDRESS.search(fault.detail)
-    index = unbound_index(int(found.group(1), 16)) if found else None
-    if index is None or index not in call.unbound:
-        return None
-    name = next((p.name for p in program.params if p.kind == "buffer" and p.index == index),
-                "")
-    where = f" ({found.group('where')})" if found and found.group("where") else ""
-    return TypeError(f"kernel `{program.label}`: no binding for buffer({index}) `{name}`, "
-                     f"which the kernel reads{where}; bind it (Metal leaves only buffers a "
-                     f"kernel never reads unbound)")
-
-
-@dataclass(frozen=True)
-class Compiled:
-    library: runtime.KernelLibrary
-    translation: compiler.Translation
-    table: Table | None = None  # profiled builds: what their blocks count
-    lockstep: bool = False  # the library traces its accesses: run in lockstep
-
-
 class SimBackend:
     """The CPU emulator."""
 
     name = "sim"
 
     def __init__(self, *, checks: bool = True) -> None:
-        self._checks = checks  # the Metal front end's check before each compile
-        self._compiled: dict[tuple, Compiled] = {}
-        # The same, by program: a cached call skips writing its translation unit.
-        self._by_program: dict[tuple[Program, str], Compiled] = {}
-        self._lock = threading.Lock()
-        self._building: dict[tuple, threading.Lock] = {}
+        self._builds = Builds(checks=checks)
         self._blocking: set[Path] = set()  # libraries that blocked on the fast path
         self._logging: set[Path] = set()  # libraries whose kernels logged on a fast path
         self._isolated: Isolated | None = None
@@ -148,69 +100,12 @@ class SimBackend:
     def compile(self, program: Program, *, sanitize: bool = False,
                 profile: bool = False) -> Compiled:
         """Compiles `program` (once per translation unit and variant: plain, sanitized or
-        profiled) after the Metal front end's check (`compile.frontend`: a
-        `MetalRuleError` for what Apple's compiler refuses); a `CompileError` quotes the
-        author's files and lines."""
-        variant = "profile" if profile else "sanitize" if sanitize else ""
-        with self._lock:
-            hit = self._by_program.get((program, variant))
-        if hit is not None:
-            return hit
-        # The check runs beside the build (both are mostly clang's processes), and its
-        # verdict comes first: a kernel that breaks a rule is refused even where the
-        # emulator's C++ would build it.
-        checking = frontend.Check(program) if self._checks else None
-        try:
-            compiled = self._library(program, variant, sanitize, profile)
-        except CompileError:
-            if checking is not None:
-                checking.verdict()
-            raise
-        if checking is not None:
-            checking.verdict()
-        with self._lock:
-            if len(self._by_program) > _PROGRAMS_KEPT:
-                self._by_program.clear()
-            self._by_program[(program, variant)] = compiled
-        return compiled
+        profiled) after the Metal front end's check (`builds.Builds.compile`)."""
+        return self._builds.compile(program, sanitize=sanitize, profile=profile)
 
-    def _library(self, program: Program, variant: str, sanitize: bool,
-                 profile: bool) -> Compiled:
-        """The library of `program` in `variant` (once per translation unit)."""
-        lockstep = _needs_lockstep(program)
-        tu, tree = translation_unit(program)
-        key = (tu.text, program.math_mode, variant + "+lockstep" * lockstep, program.msl_target)
-        with self._lock:
-            hit = self._compiled.get(key)
-            building = self._building.setdefault(key, threading.Lock())
-        if hit is not None:
-            return hit
-        # One build of a translation unit at a time: threads compiling ahead and a call
-        # asking for the same one wait for it (two would publish the same folder twice).
-        with building:
-            with self._lock:
-                hit = self._compiled.get(key)
-            if hit is not None:
-                return hit
-            try:
-                compiled = self._build(program, tu, tree.include_dirs, sanitize, profile,
-                                       lockstep)
-            finally:
-                with self._lock:
-                    self._building.pop(key, None)
-            with self._lock:
-                self._compiled[key] = compiled
-        return compiled
-
-    @staticmethod
-    def _build(program: Program, tu: compiler.Translation, include_dirs: Sequence[Path],
-               sanitize: bool, profile: bool, lockstep: bool) -> Compiled:
-        path = compiler.compile_kernel(tu, program.math_mode, program.label,
-                                       include_dirs=include_dirs, sanitize=sanitize,
-                                       profile=profile, lockstep=lockstep,
-                                       msl_target=program.msl_target)
-        table = profiling.load_table(path) if profile else None
-        return Compiled(runtime.load(path), tu, table, lockstep)
+    def compile_profiled(self, program: Program, plain_too: bool) -> Compiled:
+        """The profiled build of `program`, with `plain_too` its plain build beside it."""
+        return self._builds.compile_profiled(program, plain_too)
 
     def dispatch(self, program: Program, call: Dispatch) -> Completion:
         """Runs `program` over `call`'s grid and returns the buffers it wrote: in the
@@ -237,23 +132,6 @@ class SimBackend:
         done.log = (self._kernel_log(program, compiled, call, raw[0]) if logging
                     else None if call.options.log is False else no_messages(program.label))
         return done
-
-    def compile_profiled(self, program: Program, plain_too: bool) -> Compiled:
-        """The profiled build of `program`, and with `plain_too` its plain build (where a
-        profiled call's outputs will come from a plain call) compiled beside it in a
-        thread: two clang processes, on two cores, where one after the other took 1.2 s
-        for a flash-attention setting. The thread is kept for the next one (starting one
-        costs milliseconds on a busy machine)."""
-        with self._lock:
-            plain_here = (program, "") in self._by_program
-        if not plain_too or plain_here:
-            return self.compile(program, profile=True)
-        beside = _BESIDE.submit(self.compile, program)
-        try:
-            return self.compile(program, profile=True)
-        finally:
-            with contextlib.suppress(Exception):  # the profiled build reports the error
-                beside.result()
 
     def output_memory(self, call: Dispatch, sizes: list[int]) -> list[SharedBlock | None]:
         """Memory for the outputs of an operation of MLX's graph that the call writes
@@ -481,7 +359,7 @@ class SimBackend:
                      fault: KernelFault, log: LogBuffer | None) -> None:
         """Raises what a fault on the fiber engine means: a read of an unbound buffer (a
         TypeError naming it), the sanitizer's report, or the fault itself."""
-        unbound = _unbound_read(program, call, fault)
+        unbound = findings.unbound_read(program, call, fault)
         if unbound is not None:
             raise unbound from None
         if sanitizing is None:

@@ -25,7 +25,8 @@ from .report import kept, profiling, sampling
 from .run.memory import Memory
 
 if TYPE_CHECKING:  # the backend calls this module; it is only a type here
-    from . import Compiled, SimBackend
+    from . import SimBackend
+    from .builds import Compiled
 
 __all__ = ["MODES", "ON_FIBERS", "SAMPLED_FROM", "call", "mode", "plain_too"]
 

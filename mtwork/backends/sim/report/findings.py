@@ -10,24 +10,25 @@ show up afterwards.
 from __future__ import annotations
 
 import ctypes
+import re
 from collections.abc import Iterable
 from dataclasses import replace
 
 import numpy as np
 
 from ....buffers import byte_span
-from ....dispatch import Program
+from ....dispatch import Dispatch, Program
 from ....errors import KernelDeadlock, KernelFault, ThreadgroupMemoryError
 from ....kernel_log import KernelLog, Triple
 from ....sanitizer import Finding, SanitizerReport
 from ..compile.translation import Translation
 from ..run import abi, runtime
-from ..run.memory import UNBOUND_SPAN, Memory
+from ..run.memory import UNBOUND_SPAN, Memory, unbound_index
 from .logs import threads_named
 from .places import Places
 from .symbolizer import symbolize
 
-__all__ = ["describe_buffers", "fault_finding", "quote_messages", "report"]
+__all__ = ["describe_buffers", "fault_finding", "quote_messages", "report", "unbound_read"]
 
 
 def _buffer_params(program: Program) -> list:
@@ -221,3 +222,21 @@ def fault_finding(name: str, fault: KernelFault) -> Finding | None:
              KernelDeadlock: "barrier divergence"}
     kind = next((k for cls, k in kinds.items() if isinstance(fault, cls)), "kernel fault")
     return Finding(kind=kind, kernel=name, detail=fault.detail)
+
+
+_FAULT_ADDRESS = re.compile(r"at address (0x[0-9a-fA-F]+)(?: in (?P<where>.*))?")
+
+
+def unbound_read(program: Program, call: Dispatch, fault: KernelFault) -> TypeError | None:
+    """The error naming the unbound buffer a fault read or wrote, when it was one (its slot
+    points where nothing is mapped, `run.memory.unbound_index`)."""
+    found = _FAULT_ADDRESS.search(fault.detail)
+    index = unbound_index(int(found.group(1), 16)) if found else None
+    if index is None or index not in call.unbound:
+        return None
+    name = next((p.name for p in program.params if p.kind == "buffer" and p.index == index),
+                "")
+    where = f" ({found.group('where')})" if found and found.group("where") else ""
+    return TypeError(f"kernel `{program.label}`: no binding for buffer({index}) `{name}`, "
+                     f"which the kernel reads{where}; bind it (Metal leaves only buffers a "
+                     f"kernel never reads unbound)")
