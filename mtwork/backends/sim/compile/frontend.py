@@ -25,6 +25,8 @@ from .address_spaces import address_space_violations
 __all__ = ["Check", "checking_every_file", "violations"]
 
 _DEFINE = re.compile(r"^#define\s+([A-Za-z_]\w*)(?:\s+(.*))?$", re.M)
+# A function constant's value (`msl/constants.py`) is named only by the rewritten code.
+_CONSTANT_VALUE = "__mtw_fc_"
 _every_file = threading.local()
 
 
@@ -47,7 +49,9 @@ def _holding_every_file() -> bool:
 def text_rule_violations(program: Program) -> tuple[Violation, ...]:
     """What the text rules find in `program`'s sources."""
     src = program.sources
-    defines = tuple((m.group(1), m.group(2) or "1") for m in _DEFINE.finditer(program.defines))
+    defines = tuple((m.group(1), m.group(2) or "1") for m in _DEFINE.finditer(program.defines)
+                    if not m.group(1).startswith(_CONSTANT_VALUE)
+                    or _names_constant_values(program))
     form = program.form
     if isinstance(form, BodyForm):
         regions = tuple((r.first, r.last, r.name, r.offset) for r in src.regions)
@@ -58,6 +62,15 @@ def text_rule_violations(program: Program) -> tuple[Violation, ...]:
     return text_violations(src.text, label=src.label, target=program.msl_target, files=src.files,
                            search_dirs=src.search_dirs, prelude=src.prelude, defines=defines,
                            every_file=_holding_every_file())
+
+
+def _names_constant_values(program: Program) -> bool:
+    """Whether anything the text rules read names a function constant's value macro: the
+    author's texts never do, so those defines change nothing they see, and without them
+    the preprocessor's run is the one `load_metal` made (its cache's)."""
+    src = program.sources
+    return any(_CONSTANT_VALUE in t for t in (src.text, src.prelude,
+                                              *(text for _, text in src.files)))
 
 
 def violations(program: Program) -> tuple[Violation, ...]:
