@@ -144,3 +144,36 @@ def test_from_msl_4_1_an_unqualified_pointer_is_generic() -> None:
     _, constant_bad, _, _ = CASES["constant to an unqualified pointer parameter"]
     with pytest.raises(MetalRuleError, match=r"\[address-space-conversion\]"):
         run(constant_bad, {"scale": SCALE}, msl_version="4.1")
+
+
+def test_a_kernel_in_the_authors_header_is_checked_when_the_file_only_includes_it(
+        tmp_path) -> None:
+    rule, bad, _, _ = CASES["device to an unqualified pointer parameter"]
+    (tmp_path / "kernels.h").write_text(bad)
+    main = tmp_path / "main.metal"
+    main.write_text('// the kernels live in the header\n#include "kernels.h"\n')
+    with pytest.raises(MetalRuleError) as caught:
+        mtwork.load_metal(main).kernel("k").compile()
+    found = [v for v in caught.value.violations if v.rule == rule]
+    assert found and (found[0].file, found[0].line) == (str(tmp_path / "kernels.h"),
+                                                        marked_line(bad)), str(caught.value)
+
+
+def test_mlx_kernels_named_by_their_headers_spare_the_clang_pass(monkeypatch) -> None:
+    # With no code of the author's, no address-space error can be at the author's lines.
+    from mtwork.backends.sim.compile import frontend
+
+    def clang_pass(*args, **kwargs):
+        raise AssertionError("the address-space pass ran")
+
+    monkeypatch.setattr(frontend, "address_space_violations", clang_pass)
+    headers = (f'{MLX_UTILS}#include "mlx/backend/metal/kernels/softmax.h"\n'
+               "/* nothing of the author's but includes and comments */\n")
+    template = ("float", "float", 4)
+    program = mtwork.load_metal(headers).kernel("softmax_single_row",
+                                                template=template).program
+    assert frontend.violations(program) == ()
+    with_code = mtwork.load_metal(headers + "constant float unused = 0.0f;\n").kernel(
+        "softmax_single_row", template=template).program
+    with pytest.raises(AssertionError, match="address-space pass ran"):
+        frontend.violations(with_code)

@@ -18,7 +18,7 @@ from collections.abc import Iterator
 
 from ....dispatch import BodyForm, Program
 from ....errors import MetalRuleError
-from ....msl.lexing import code_mask, matching
+from ....msl.lexing import code_mask, code_without_directives, matching
 from ....msl.rules import Violation, text_violations
 from .address_spaces import address_space_violations
 
@@ -77,7 +77,7 @@ def violations(program: Program) -> tuple[Violation, ...]:
     """Every rule `program` breaks: the text rules', then the address-space check's
     (where the program can break one)."""
     every_file = _holding_every_file()
-    checked = every_file or not _plain_values(program)
+    checked = every_file or not (_plain_values(program) or _no_author_code(program))
     return (*text_rule_violations(program),
             *(address_space_violations(program, every_file=every_file) if checked else ()))
 
@@ -89,6 +89,18 @@ _OUT_PARAMETERS = re.compile(r"\b(?:frexp|modf|sincos|remquo)\s*\(")
 _THREADGROUP_ARRAY = re.compile(
     r"(?:^|(?<=[;{}]))\s*(?P<word>threadgroup)\s+(?:const\s+)?[A-Za-z_][\w:]*"
     r"(?:\s*<[^;<>{}()]*>)?\s+(?P<name>[A-Za-z_]\w*)\s*(?:\[[^\[\];]*\]\s*)+;", re.M)
+
+
+def _no_author_code(program: Program) -> bool:
+    """Whether a full-source program's own files (and prelude) hold nothing but
+    preprocessor lines and comments (MLX's kernels named by their headers, instantiated by the check's own line):
+    the address-space check reports only what is at the author's lines, or instantiated
+    from them, and there is none, so it can be spared."""
+    if isinstance(program.form, BodyForm):
+        return False
+    src = program.sources
+    return all(not code_without_directives(text).strip()
+               for text in (src.text, src.prelude, *(text for _, text in src.files)))
 
 
 def _plain_values(program: Program) -> bool:
