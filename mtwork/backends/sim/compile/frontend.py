@@ -93,9 +93,9 @@ _THREADGROUP_ARRAY = re.compile(
 
 def _no_author_code(program: Program) -> bool:
     """Whether a full-source program's own files (and prelude) hold nothing but
-    preprocessor lines and comments (MLX's kernels named by their headers, instantiated by the check's own line):
-    the address-space check reports only what is at the author's lines, or instantiated
-    from them, and there is none, so it can be spared."""
+    preprocessor lines and comments (MLX's kernels named by their headers, instantiated
+    by the check's own line): the address-space check reports only what is at the
+    author's lines, or instantiated from them, and there is none, so it can be spared."""
     if isinstance(program.form, BodyForm):
         return False
     src = program.sources
