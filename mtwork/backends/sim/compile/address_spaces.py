@@ -44,7 +44,7 @@ from ....toolchain import builtin_headers, run_clang, toolchain_identity
 from . import precompiled
 from .compiler import SHIM_DIR, digest, shim_version
 from .rewrite import rewrite_keeping_address_spaces
-from .sources import SourceTree, rewriters_digest, source_tree
+from .sources import SourceTree, rewriters_digest, source_tree_in
 from .space_errors import Diagnostic, diagnostics, explains, metal_terms, rule_of
 from .translation import Translation
 
@@ -129,14 +129,15 @@ def _flags(program: Program) -> list[str]:
 _PRELUDE_INCLUDES = ("-include", str(_CHECK_PRELUDE), "-include", str(SHIM_DIR / "metal_types"))
 
 
-def _precompiled(program: Program, tree: SourceTree, flags: list[str],
-                 includes: list[str]) -> Path | None:
+def _precompiled(program: Program, tree: SourceTree, flags: list[str]) -> Path | None:
     """A precompiled header of what the check's unit starts with (the check's first lines,
     the shim, and the MLX headers the program includes first), built once per header
-    list and flags, as the build's are (`precompiled.py`)."""
+    list and flags, as the build's are (`precompiled.py`). It holds MLX's headers only,
+    none of which an author's header shadows, so it is built seeing MLX's copy alone."""
     head = f"#include <metal_types>\n{program.defines}{_prelude(program)}"
     tu = Translation(head, program.sources, tree.root, head)
     headers = precompiled.leading_headers(tu, SHIM_DIR, check_headers_dir())
+    includes = ["-I", str(check_headers_dir())]
     key = digest("check", *headers, " ".join(flags), *includes, shim_version(),
                  toolchain_identity())
     target = cache_dir() / "pch" / f"check-{key}.pch"
@@ -183,22 +184,26 @@ def address_space_violations(program: Program, every_file: bool = False
                              ) -> tuple[Violation, ...]:
     """The address-space rules `program` breaks, at the author's lines (cached by
     content); `every_file`: in MLX's headers too."""
-    tree = source_tree(program, for_check, "check-sources")
-    includes = [arg for d in (*tree.include_dirs, check_headers_dir())
-                for arg in ("-I", str(d))]
-    unit = _unit(program, tree.main)
+    src = program.sources
     flags = _flags(program)
-    key = digest(_checker_digest(), unit, " ".join(flags), *includes, shim_version(),
-                 toolchain_identity(), str(every_file))
+    # Keyed by content: the copy clang reads is written afresh in a folder of the check's.
+    key = digest(_checker_digest(), rewriters_digest(), src.label, src.text, str(src.path),
+                 *(part for path, text in sorted(src.files) for part in (str(path), text)),
+                 *map(str, src.search_dirs), _unit(program, Path("main")), " ".join(flags),
+                 str(check_headers_dir()), shim_version(), toolchain_identity(),
+                 str(every_file))
     cached = cache_dir() / "checks" / f"{key}.json"
     if cachedir.is_sealed(cached):
         cachedir.used(cached)
         return tuple(Violation(**v) for v in json.loads(cached.read_text()))
-    pch = _precompiled(program, tree, flags, includes)
     work = cachedir.work_dir()
     try:
+        tree = source_tree_in(work / "sources", program, for_check)
+        includes = [arg for d in (*tree.include_dirs, check_headers_dir())
+                    for arg in ("-I", str(d))]
+        pch = _precompiled(program, tree, flags)
         cpp = work / "check.cpp"
-        cpp.write_text(unit)
+        cpp.write_text(_unit(program, tree.main))
         # The header's key holds the digests of everything it was built from, so clang
         # need not validate it against them (which reads every header it holds).
         start = (list(_PRELUDE_INCLUDES) if pch is None else

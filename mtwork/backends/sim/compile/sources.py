@@ -28,7 +28,7 @@ from .rewrite import rewrite_msl
 from .translation import Translation
 
 __all__ = ["THREADGROUP_SLOT_BASE", "SourceTree", "for_emulator", "never_blocks",
-           "rewriters_digest", "source_tree", "translation_unit"]
+           "rewriters_digest", "source_tree", "source_tree_in", "translation_unit"]
 
 Launcher = Callable[[str, Sequence[LaunchParam]], str]
 
@@ -94,33 +94,47 @@ def source_tree(program: Program, rewrite: Rewrite = for_emulator,
     parts = [rewriters_digest(), src.label, src.text, str(src.path)]
     for path, text in sorted(src.files):
         parts += [str(path), text]
-    root = cache_dir() / folder / _digest(*parts, *map(str, src.search_dirs))
+    tree = _laid_out(cache_dir() / folder / _digest(*parts, *map(str, src.search_dirs)),
+                     program)
+    with _tree_lock:
+        if not cachedir.is_sealed(tree.root):
+            cachedir.discard(tree.root)
+            tmp = cachedir.work_dir()
+            _write_tree(tree, tmp, program, rewrite)
+            cachedir.publish(tmp, tree.root)
+    return tree
+
+
+def source_tree_in(root: Path, program: Program, rewrite: Rewrite) -> SourceTree:
+    """Writes the rewritten copy of `program`'s files under `root` (a folder of the
+    caller's, not the cache's: for a copy read once)."""
+    tree = _laid_out(root, program)
+    _write_tree(tree, root, program, rewrite)
+    return tree
+
+
+def _laid_out(root: Path, program: Program) -> SourceTree:
+    src = program.sources
 
     def mirrored(path: Path) -> Path:
         return root / path.relative_to(path.anchor)
 
     main = mirrored(src.path) if src.path else root / "__source__" / "source.metal"
-    dirs = tuple(mirrored(d) for d in src.search_dirs)
-    with _tree_lock:
-        if not cachedir.is_sealed(root):
-            cachedir.discard(root)
-            _write_tree(root, main, dirs, program, rewrite)
-    return SourceTree(root, main, dirs)
+    return SourceTree(root, main, tuple(mirrored(d) for d in src.search_dirs))
 
 
-def _write_tree(root: Path, main: Path, dirs: tuple[Path, ...], program: Program,
-                rewrite: Rewrite) -> None:
+def _write_tree(tree: SourceTree, into: Path, program: Program, rewrite: Rewrite) -> None:
+    """Writes `tree`'s files into folder `into`, laid out as under `tree.root`."""
     src = program.sources
-    tmp = cachedir.work_dir()
-    files = [(tmp / main.relative_to(root), _line_directive(src.label) + rewrite(src.text))]
-    files += [(tmp / p.relative_to(p.anchor), _line_directive(str(p)) + rewrite(t))
+    files = [(into / tree.main.relative_to(tree.root),
+              _line_directive(src.label) + rewrite(src.text))]
+    files += [(into / p.relative_to(p.anchor), _line_directive(str(p)) + rewrite(t))
               for p, t in src.files]
     for path, text in files:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text)
-    for d in dirs:
-        (tmp / d.relative_to(root)).mkdir(parents=True, exist_ok=True)
-    cachedir.publish(tmp, root)
+    for d in tree.include_dirs:
+        (into / d.relative_to(tree.root)).mkdir(parents=True, exist_ok=True)
 
 
 def _launch_param(p: Param) -> LaunchParam:
