@@ -40,7 +40,7 @@ from ....msl.includes import mlx_include_dir
 from ....msl.rules import Violation
 from ....msl.rules.code import column_in
 from ....msl.target import MslVersion
-from ....toolchain import builtin_headers, run_clang, toolchain_identity
+from ....toolchain import builtin_headers, run_clang, run_clang_front_end, toolchain_identity
 from . import precompiled
 from .compiler import SHIM_DIR, digest, shim_version
 from .rewrite import rewrite_keeping_address_spaces
@@ -206,10 +206,12 @@ def address_space_violations(program: Program, every_file: bool = False
         cpp.write_text(_unit(program, tree.main))
         # The header's key holds the digests of everything it was built from, so clang
         # need not validate it against them (which reads every header it holds).
-        start = (list(_PRELUDE_INCLUDES) if pch is None else
-                 ["-include-pch", str(pch), "-Xclang", "-fno-validate-pch"])
+        fixed = [*flags, *_DIAGNOSTICS, "-Xclang", "-fno-validate-pch"]
         args = [*flags, *_DIAGNOSTICS, *includes, str(cpp)]
-        result = run_clang([*start, *args], program.label, raw=True)
+        result = (run_clang([*_PRELUDE_INCLUDES, *args], program.label, raw=True)
+                  if pch is None else
+                  run_clang_front_end(fixed, ["-include-pch", str(pch), *includes], cpp,
+                                      program.label))
         if result.returncode != 0 and pch is not None and str(pch) in result.stderr:
             cachedir.discard(pch)  # unreadable: parse everything, and build it again later
             result = run_clang([*_PRELUDE_INCLUDES, *args], program.label, raw=True)
