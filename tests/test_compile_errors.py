@@ -55,3 +55,17 @@ def test_an_error_in_an_included_file_of_a_library_names_that_file(tmp_path):
     text = caught.value.message
     assert f"{tmp_path / 'helper.h'}:2:14: error: use of undeclared identifier 'factor'" in text
     assert "    2 |   return x * factor;" in text
+
+
+def test_clangs_front_end_alone_reports_what_its_driver_does(tmp_path):
+    from mtwork.toolchain import run_clang, run_clang_front_end
+
+    source = tmp_path / "unit.cpp"
+    source.write_text("int f(int* p) { return p; }\nint g() { return undeclared; }\n")
+    args = ["-x", "c++", "-fsyntax-only", "-fno-color-diagnostics"]
+    extra = ["-I", str(tmp_path)]
+    driver = run_clang([*args, *extra, str(source)], "unit", raw=True)
+    for _ in range(2):  # the driver's expansion asked, then reused
+        alone = run_clang_front_end(args, extra, source, "unit")
+        assert (alone.returncode, alone.stderr) == (driver.returncode, driver.stderr)
+    assert "undeclared identifier 'undeclared'" in alone.stderr
