@@ -42,6 +42,7 @@ def code_mask(text: str) -> str:
     return "".join(out)
 
 
+@lru_cache(maxsize=8)  # a file's preprocessed text is read by its load and by the check
 def code_without_directives(text: str) -> str:
     """`code_mask(text)` with preprocessor directives (and their continuations) blanked
     too: declarations inside macros are not the file's own."""

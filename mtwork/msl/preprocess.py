@@ -17,6 +17,7 @@ import hashlib
 import json
 import re
 import shutil
+import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,6 +36,11 @@ METAL_DEFINES = {"__METAL__": "1", "__METAL_VERSION__": "320", "__METAL_MACOS__"
 _MARKER = re.compile(r'^# (\d+) "((?:[^"\\]|\\.)*)"')
 _MISSING = re.compile(r"fatal error: '([^']+)' file not found")
 _CACHE_FORMAT = "1"
+# The last few results in memory: a library's load and the Metal check's text rules read
+# the same file's preprocessed text one after the other.
+_RECENT_SIZE = 8
+_recent: dict[str, Preprocessed] = {}
+_recent_lock = threading.Lock()
 
 
 @dataclass(frozen=True)
@@ -92,13 +98,21 @@ def preprocess(text: str, *, label: str, search_dirs: Sequence[Path] = (), prelu
         '#line 1 "' + label.replace("\\", "\\\\").replace('"', '\\"') + '"\n' + text
     key = _digest(_CACHE_FORMAT, source, json.dumps(sorted(macros.items())), *dirs,
                   *(f"{p}\0{t}" for p, t in sorted(files)), str(mlx_root))
+    with _recent_lock:
+        if key in _recent:
+            return _recent[key]
     cached = cache_dir() / "preprocessed" / f"{key}.json"
     if cachedir.is_sealed(cached):
         cachedir.used(cached)
         data = json.loads(cached.read_text())
-        return Preprocessed(data["text"], tuple(map(tuple, data["origins"])))
-    result = _run(source, label, dirs, macros)
-    _store(cached, {"text": result.text, "origins": result.origins})
+        result = Preprocessed(data["text"], tuple(map(tuple, data["origins"])))
+    else:
+        result = _run(source, label, dirs, macros)
+        _store(cached, {"text": result.text, "origins": result.origins})
+    with _recent_lock:
+        _recent[key] = result
+        while len(_recent) > _RECENT_SIZE:
+            del _recent[next(iter(_recent))]
     return result
 
 
