@@ -60,7 +60,8 @@ _LANGUAGE = ("-x", "clcpp", "-cl-std=clc++2021", "-cl-no-stdinc", "-ffreestandin
              "-Xclang", "-fallow-pch-with-compiler-errors",
              "-Xclang", "-cl-ext=+cl_khr_fp16,+__cl_clang_function_pointers,"
                         "+__cl_clang_variadic_functions")
-_DIAGNOSTICS = ("-fsyntax-only", "-ferror-limit=0", "-Wno-everything", "-fno-caret-diagnostics",
+_DIAGNOSTICS = ("-fsyntax-only", "-ferror-limit=0", "-Wno-everything", "-fno-spell-checking",
+                "-fno-caret-diagnostics",
                 "-fno-diagnostics-fixit-info", "-fno-color-diagnostics",
                 "-fno-diagnostics-show-option")
 # Before MSL 4.1 an unqualified pointer, reference or member function is Metal's `thread`:

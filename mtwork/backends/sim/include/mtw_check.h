@@ -36,3 +36,24 @@
 #pragma OPENCL EXTENSION __cl_clang_function_pointers : enable
 #pragma OPENCL EXTENSION __cl_clang_variadic_functions : enable
 #pragma OPENCL EXTENSION cl_khr_fp16 : enable
+
+// The SIMD-group functions, declared only (the check parses, never runs): the shim's own
+// are C++ the check's language does not read, and a call of an undeclared one would end
+// the check's reading of the expression it is in, address-space errors and all.
+namespace metal {
+#define MTW_CHECK_ONE(name) template <typename T> T name(T);
+#define MTW_CHECK_LANE(name) template <typename T> T name(T, unsigned short);
+MTW_CHECK_ONE(simd_sum) MTW_CHECK_ONE(simd_product) MTW_CHECK_ONE(simd_min)
+MTW_CHECK_ONE(simd_max) MTW_CHECK_ONE(simd_and) MTW_CHECK_ONE(simd_or) MTW_CHECK_ONE(simd_xor)
+MTW_CHECK_ONE(quad_sum) MTW_CHECK_ONE(quad_product) MTW_CHECK_ONE(quad_min)
+MTW_CHECK_ONE(quad_max) MTW_CHECK_ONE(quad_and) MTW_CHECK_ONE(quad_or) MTW_CHECK_ONE(quad_xor)
+MTW_CHECK_ONE(simd_prefix_inclusive_sum) MTW_CHECK_ONE(simd_prefix_exclusive_sum)
+MTW_CHECK_ONE(simd_prefix_inclusive_product) MTW_CHECK_ONE(simd_prefix_exclusive_product)
+MTW_CHECK_ONE(simd_broadcast_first)
+MTW_CHECK_LANE(simd_broadcast) MTW_CHECK_LANE(simd_shuffle) MTW_CHECK_LANE(simd_shuffle_up)
+MTW_CHECK_LANE(simd_shuffle_down) MTW_CHECK_LANE(simd_shuffle_xor)
+MTW_CHECK_LANE(quad_broadcast) MTW_CHECK_LANE(quad_shuffle) MTW_CHECK_LANE(quad_shuffle_up)
+MTW_CHECK_LANE(quad_shuffle_down) MTW_CHECK_LANE(quad_shuffle_xor)
+#undef MTW_CHECK_ONE
+#undef MTW_CHECK_LANE
+}  // namespace metal
