@@ -7,6 +7,7 @@ mtwork's generated text, are blanked), and for each line the author's file and l
 from __future__ import annotations
 
 import bisect
+import itertools
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -41,17 +42,17 @@ class Code:
 
     def __post_init__(self) -> None:
         self._lines = self.text.split("\n")
-        keeps = [self._keeps(k) for k in range(len(self._lines))]
+        n = len(self._lines)
+        # Whole-list steps: a file that includes MLX's headers is thousands of lines.
+        keeps = [p is not None for p in itertools.islice(self.places, n)]
+        keeps += [False] * (n - len(keeps))
+        for k in itertools.compress(range(min(n, len(self.kept))), self.kept):
+            keeps[k] = True
         mask = code_without_directives(self.text).split("\n")
         self.mask = "\n".join(m if keep else "" for m, keep in zip(mask, keeps))
         self.author_text = "\n".join(t if keep else "" for t, keep in zip(self._lines, keeps))
-        self._starts = [0]
-        for m, keep in zip(mask[:-1], keeps):
-            self._starts.append(self._starts[-1] + (len(m) if keep else 0) + 1)
-
-    def _keeps(self, k: int) -> bool:
-        return (k < len(self.places) and self.places[k] is not None) or \
-            (k < len(self.kept) and self.kept[k])
+        self._starts = list(itertools.accumulate(
+            (len(m) + 1 if keep else 1 for m, keep in zip(mask[:-1], keeps)), initial=0))
 
     def line_index(self, pos: int) -> int:
         return bisect.bisect_right(self._starts, pos) - 1
