@@ -3,7 +3,9 @@ full-source kernels are those of body-form ones, a backend plugs in with one
 registration, the editor edits any kernel, and family modules work however imported."""
 
 import importlib
+import importlib.util
 import sys
+from pathlib import Path
 
 import mlx.core as mx
 import numpy as np
@@ -195,9 +197,16 @@ def test_an_editor_without_an_oracle_says_the_kernel_only_ran():
 
 
 def test_a_family_module_imported_directly_finds_its_files(monkeypatch, tmp_path):
+    # Imported from its file under a name of its own, from another folder: a dotted
+    # `kernels.gguf.family` is not always importable (Hugging Face's `kernels` package,
+    # which transformers requires, is a regular package that shadows the folder).
     monkeypatch.chdir(tmp_path)
-    monkeypatch.delitem(sys.modules, "kernels.gguf.family", raising=False)
-    family = importlib.import_module("kernels.gguf.family")
+    path = Path(__file__).parent.parent / "kernels" / "gguf" / "family.py"
+    spec = importlib.util.spec_from_file_location("gguf_family_by_path", path)
+    assert spec is not None and spec.loader is not None
+    family = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, spec.name, family)
+    spec.loader.exec_module(family)
     weights = family.sample_weights(2, 64)
     packed = family.FORMATS["q8_0"].quantize(weights)
     out = family.dequantize("q8_0", packed)  # compiles the spec's files from their folder
