@@ -54,7 +54,8 @@ uint i = thread_position_in_grid.x;
 os_log_default.log("before %u", i);
 if (i == 5) {
     os_log_default.log("about to write out of bounds");
-    out[i + (1u << 28)] = 1.0f;
+    device float* nowhere = (device float*)0x40;  // unmapped in every process
+    nowhere[i] = 1.0f;
 }
 out[i] = a[i];
 """
