@@ -34,7 +34,6 @@ from pathlib import Path
 from .... import cachedir
 from ....cachedir import cache_dir
 from ....dispatch import BodyForm, Program
-from ....errors import EmulatorUnavailable
 from ....msl.constants import rewrite_function_constants, strip_msl_only_syntax
 from ....msl.includes import mlx_include_dir
 from ....msl.rules import Violation
@@ -42,7 +41,7 @@ from ....msl.rules.code import column_in
 from ....msl.target import MslVersion
 from ....toolchain import builtin_headers, run_clang, run_clang_front_end, toolchain_identity
 from . import precompiled
-from .compiler import SHIM_DIR, digest, shim_version
+from .compiler import SHIM_DIR, digest, rewritten_mlx_headers, shim_version
 from .rewrite import rewrite_keeping_address_spaces
 from .sources import SourceTree, rewriters_digest, source_tree_in
 from .space_errors import Diagnostic, diagnostics, explains, metal_terms, rule_of
@@ -72,7 +71,6 @@ _PRIVATE = ("-Xclang", "-cl-ext=-__opencl_c_generic_address_space,-__opencl_c_pi
                        "-__opencl_c_device_enqueue")
 _DEFINES = ("-DMLX_METAL_JIT", "-D__HAVE_MTWORK_EMULATOR__=1")
 _CHECK_PRELUDE = SHIM_DIR / "mtw_check.h"
-_headers_lock = threading.Lock()
 _pch_lock = threading.Lock()
 
 
@@ -97,26 +95,7 @@ def for_check(text: str) -> str:
 @cache
 def check_headers_dir() -> Path:
     """A copy of MLX's Metal kernel headers as the check reads them."""
-    source = mlx_include_dir()
-    if source is None:
-        raise EmulatorUnavailable("the installed mlx package has no Metal kernel headers")
-    kernels = source / "mlx" / "backend" / "metal" / "kernels"
-    h = digest(rewriters_digest(), *(f"{p.relative_to(kernels)}\0{p.read_text()}"
-                                     for p in sorted(kernels.rglob("*.h"))))
-    target = cache_dir() / f"mlx-check-headers-{h}"
-    cachedir.pin(target)
-    with _headers_lock:
-        if cachedir.is_sealed(target):
-            cachedir.used(target)
-            return target
-        cachedir.discard(target)
-        tmp = cachedir.work_dir()
-        for header in kernels.rglob("*.h"):
-            out = tmp / header.relative_to(source)
-            out.parent.mkdir(parents=True, exist_ok=True)
-            out.write_text(for_check(header.read_text()))
-        cachedir.publish(tmp, target)
-    return target
+    return rewritten_mlx_headers("mlx-check-headers", for_check)
 
 
 def _flags(program: Program) -> list[str]:

@@ -18,7 +18,7 @@ import json
 import shutil
 import sys
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from functools import cache
 from pathlib import Path
 
@@ -185,6 +185,13 @@ def prelude_dir() -> Path:
     """A copy of MLX's Metal kernel headers as the emulator compiles them: the rewrites a
     kernel's own files get, function constants included (fft.h, sdpa_vector.h and the
     steel GEMM kernels declare theirs in the header a `.metal` file includes)."""
+    return rewritten_mlx_headers("mlx-headers", for_emulator)
+
+
+def rewritten_mlx_headers(kind: str, rewrite: Callable[[str], str]) -> Path:
+    """A copy of the installed MLX's Metal kernel headers, each file passed through
+    `rewrite`, kept in the cache (as `kind`-...) by the headers' content and the
+    rewriters' code."""
     source = mlx_include_dir()
     if source is None:
         raise EmulatorUnavailable(
@@ -192,7 +199,7 @@ def prelude_dir() -> Path:
             "install mlx >= 0.32 (`pip install 'mlx[cpu]'` on Linux)"
         )
     kernels = source / "mlx" / "backend" / "metal" / "kernels"
-    target = cache_dir() / f"mlx-headers-{_tree_digest(kernels, '*.h')}-{rewriters_digest()}"
+    target = cache_dir() / f"{kind}-{_tree_digest(kernels, '*.h')}-{rewriters_digest()}"
     cachedir.pin(target)  # every compile of this process includes from it
     with _headers_lock:
         if reusable(target):
@@ -201,7 +208,7 @@ def prelude_dir() -> Path:
         for header in kernels.rglob("*.h"):
             out = tmp / header.relative_to(source)
             out.parent.mkdir(parents=True, exist_ok=True)
-            out.write_text(for_emulator(header.read_text()))
+            out.write_text(rewrite(header.read_text()))
         cachedir.publish(tmp, target)
     return target
 
