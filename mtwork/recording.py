@@ -13,10 +13,19 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
-if TYPE_CHECKING:
-    from .dispatch import Completion, Program
+
+class _Labelled(Protocol):
+    """A program as the seam reports it (`dispatch.Program`): only its label is read here,
+    so this module needs nothing from `dispatch`, which reads `profiling_all`."""
+
+    @property
+    def label(self) -> str: ...
+
+
+# A call's `dispatch.Completion`; kept whole for whoever profiles, read here for its counters.
+Completion = Any
 
 __all__ = ["profiling_all", "profiling_calls", "record", "watching_calls"]
 
@@ -52,7 +61,7 @@ def profiling_all() -> bool:
     return _profiled.get() is not None
 
 
-def record(program: Program, completion: Completion) -> None:
+def record(program: _Labelled, completion: Completion) -> None:
     """Notes a completed call for the `watching_calls` and `profiling_calls` blocks
     around it."""
     seen = _watched.get()
