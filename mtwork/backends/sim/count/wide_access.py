@@ -23,8 +23,9 @@ every lane's accesses merge alike and the runtime still lines them up by code ad
 The emulator's build keeps loops rolled (compile/compiler.py); Apple's compiler unrolls
 a short loop of constant trip count (`UNROLLED_TRIPS`), after which its iterations'
 accesses are adjacent. So a one-block loop's accesses at a base plus a multiple of its
-induction variable (0, 1, ...) are taken over all its iterations, merged the same way,
-and reported once in the block before the loop.
+counter (from 0, stepping by a constant: `q[i / 2]` for `i += 2`), or the counter plus a
+constant (`y[l + 32]`) or plus a value the loop does not change, are taken over all its
+iterations, merged the same way, and reported once in the block before the loop.
 """
 
 from __future__ import annotations
