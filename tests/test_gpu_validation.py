@@ -68,6 +68,19 @@ def test_scalar_arguments_are_not_buffer_traffic() -> None:
     assert {b.buffer for b in c.buffers} == {"src0", "src1", "dst"}  # not ne00, ne10, ne0
 
 
+def test_a_k_quant_tokens_vocabulary_projection_runs_q6_k(monkeypatch) -> None:
+    # llama.cpp's quantizer of 2023 stores output.weight as Q6_K for every type
+    made = []
+    monkeypatch.setattr(llama, "mat_vec", lambda version, quant, rows, cols: made.append(
+        (quant, rows, cols)) or Counters("k", 1, 32))
+    for quant in ("q4_K", "q5_K", "q6_K", "q4_0"):
+        made.clear()
+        token = llama.llama_token("0.1.73", quant, embd=4096, ff=11008, layers=32)
+        assert [n for _, n in token] == [128, 64, 32, 1]
+        assert made[-1] == ("q4_0" if quant == "q4_0" else "q6_K", 32000, 4096)
+        assert {q for q, _, _ in made[:-1]} == {quant}
+
+
 @pytest.mark.parametrize("prefix", REPRESENTATIVE)
 def test_representative_pairs_model_on_their_chip(prefix: str) -> None:
     pair = _pair(prefix)

@@ -122,6 +122,43 @@ def test_a_short_loops_loads_merge_over_its_iterations():
     assert (load.loads, load.load_bytes) == (2 * (N // 32), 32 * N)
 
 
+def test_a_short_loops_loads_at_the_counter_plus_a_constant_merge():
+    # llama.cpp's k-quant mat-vecs read y1[l + 32] and y2[l + 32] for l < 8, whose shared
+    # index LLVM writes as `or disjoint l, 32`: once unrolled, each is eight adjacent
+    # floats a thread, two 16-byte loads, not eight 4-byte ones
+    x = mx.arange(256 * N, dtype=mx.float32)
+    body = ("uint i = thread_position_in_grid.x; device const float* p = in0 + 256 * i; "
+            "device const float* q = p + 128; float s = 0, t = 0; "
+            "for (int l = 0; l < 8; ++l) { s += p[l] * q[l]; t += p[l + 32] * q[l + 32]; } "
+            "out[i] = s + t;")
+    outputs, c = profiled("plus32", body, [x])
+    rows = np.array(x, dtype=np.float64).reshape(N, 256)
+    want = sum(rows[:, k] * rows[:, 128 + k] for k in (*range(8), *range(32, 40)))
+    assert np.allclose(np.array(outputs[0]), want, rtol=1e-5)
+    load = buffer(c, "in0")
+    assert (load.loads, load.load_bytes) == (8 * (N // 32), 128 * N)
+    # each of a lane's four 32-byte runs lies in one granule of its own
+    assert load.transactions == 4 * 32 * (N // 32)
+
+
+def test_a_short_loop_stepping_by_two_merges():
+    # llama.cpp's q4_K mat-vec reads q[i / 2] for i = 0, 2, 4, 6: four adjacent 16-bit
+    # words a thread, one 8-byte load once unrolled, not four
+    x = mx.arange(4 * N, dtype=mx.float32)
+    body = ("uint i = thread_position_in_grid.x; device const ushort* q = "
+            "(device const ushort*)in0 + 8 * i; float s = 0; "
+            "for (int k = 0; k < 8; k += 2) s += float(q[k / 2] & 15) * float(q[k / 2] >> 8); "
+            "out[i] = s;")
+    outputs, c = profiled("step2", body, [x])
+    words = np.array(x).view(np.uint16).reshape(N, 8)[:, :4].astype(np.float64)
+    want = ((words.astype(np.uint16) & 15) * (words.astype(np.uint16) >> 8)).sum(1)
+    assert np.allclose(np.array(outputs[0]), want)
+    load = buffer(c, "in0")
+    assert (load.loads, load.load_bytes) == (N // 32, 8 * N)
+    # 32 lanes 16 bytes apart: 512 bytes, 8 granules
+    assert load.transactions == 512 // GRANULE * (N // 32)
+
+
 def test_a_loop_over_a_moved_base_of_bfloats_merges():
     # the counter plus a value the loop does not change, over bfloat elements (a struct
     # in the shim): eight bfloats a thread at 2-byte alignment, two 8-byte loads

@@ -20,7 +20,9 @@ LLAMA_13B = {"embd": 5120, "ff": 13824, "layers": 40}
 
 
 def _llama_side(version: str, quant: str, model: dict) -> Side:
-    return Side(f"llama-cpp-python {version}", f"kernel_mul_mat_{quant}_f32",
+    vocabulary = (" (kernel_mul_mat_q6_K_f32 for the vocabulary projection)"
+                  if quant.endswith("_K") and quant != "q6_K" else "")
+    return Side(f"llama-cpp-python {version}", f"kernel_mul_mat_{quant}_f32{vocabulary}",
                 partial(llama.llama_token, version, quant, **model))
 
 

@@ -106,8 +106,13 @@ def llama_token(version: str, quant: str, *, embd: int, ff: int, layers: int,
                 vocab: int = 32000) -> list[tuple[Counters, int]]:
     """One token's `quant` mat-vecs of a LLaMA model: per layer the four attention
     projections (embd x embd), the two feed-forward inputs (ff x embd) and its output
-    (embd x ff); then the vocabulary projection (taken as `quant` too)."""
+    (embd x ff); then the vocabulary projection. llama.cpp's quantizer of the day
+    (``llama_model_quantize_internal`` in 0.1.73's vendored ``llama.cpp``) stores
+    ``output.weight`` as Q6_K whenever both its sizes are whole 256-blocks, so a k-quant
+    model's vocabulary projection runs the q6_K kernel; a q4_0 file may predate that rule
+    (its projection is taken as q4_0)."""
+    vocab_quant = "q6_K" if quant.endswith("_K") else quant
     return [(mat_vec(version, quant, embd, embd), 4 * layers),
             (mat_vec(version, quant, ff, embd), 2 * layers),
             (mat_vec(version, quant, embd, ff), layers),
-            (mat_vec(version, quant, vocab, embd), 1)]
+            (mat_vec(version, vocab_quant, vocab, embd), 1)]

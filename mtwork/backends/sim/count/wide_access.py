@@ -23,8 +23,9 @@ every lane's accesses merge alike and the runtime still lines them up by code ad
 The emulator's build keeps loops rolled (compile/compiler.py); Apple's compiler unrolls
 a short loop of constant trip count (`UNROLLED_TRIPS`), after which its iterations'
 accesses are adjacent. So a one-block loop's accesses at a base plus a multiple of its
-induction variable (0, 1, ...) are taken over all its iterations, merged the same way,
-and reported once in the block before the loop.
+counter (from 0, stepping by a constant: `q[i / 2]` for `i += 2`), or the counter plus a
+constant (`y[l + 32]`) or plus a value the loop does not change, are taken over all its
+iterations, merged the same way, and reported once in the block before the loop.
 """
 
 from __future__ import annotations
@@ -67,11 +68,12 @@ class Access:
     stride: int = 0  # bytes the address advances per iteration of the loop it is in
 
 
-def _offsets(f: Function, sizes: Callable[[str], float], counter: str | None = None
-             ) -> dict[str, tuple[str, int, int]]:
-    """Each pointer a `getelementptr` by a constant (or by the loop's `counter`, or the
-    counter plus a value) makes: (its base, byte offset, bytes per iteration of the
-    counter). A base moved by a value is written `base@value*bytes` (`_base_lines`)."""
+def _offsets(f: Function, sizes: Callable[[str], float], counter: str | None = None,
+             step: int = 1) -> dict[str, tuple[str, int, int]]:
+    """Each pointer a `getelementptr` by a constant (or by the loop's `counter`, which
+    advances by `step` an iteration, or the counter plus a value) makes: (its base, byte
+    offset, bytes per iteration of the loop). A base moved by a value is written
+    `base@value*bytes` (`_base_lines`)."""
     shifted = _shifted(f, counter) if counter else {}
     out: dict[str, tuple[str, int, int]] = {}
     for block in f.blocks:
@@ -82,10 +84,14 @@ def _offsets(f: Function, sizes: Callable[[str], float], counter: str | None = N
                 continue
             base, offset, stride = out.get(m.group(2), (m.group(2), 0, 0))
             index = m.group(3)
-            if index == counter or (index in shifted and "@" not in base):
+            other = shifted.get(index, "")
+            if other.lstrip("-").isdigit():  # the counter plus a constant
+                out[ins.result or ""] = (base, offset + int(other) * size,
+                                         stride + step * size)
+            elif index == counter or (other and "@" not in base):
                 if index != counter:
-                    base = f"{base}@{shifted[index]}*{size}"
-                out[ins.result or ""] = (base, offset, stride + size)
+                    base = f"{base}@{other}*{size}"
+                out[ins.result or ""] = (base, offset, stride + step * size)
             elif index.lstrip("-").isdigit():
                 out[ins.result or ""] = (base, offset + int(index) * size, stride)
     return out
@@ -103,13 +109,17 @@ def _element_bytes(type_text: str, sizes: Callable[[str], float]) -> int:
 
 
 def _shifted(f: Function, counter: str) -> dict[str, str]:
-    """Values that are the counter plus another value: {sum: the other}."""
+    """Values that are the counter plus another value or a constant: {sum: the other}.
+    LLVM writes the counter plus a constant whose bits the counter never sets as a
+    disjoint `or` (`y[l + 32]` for l < 8), which is the same sum."""
     out = {}
     for block in f.blocks:
         for ins in block.instructions:
-            if ins.opcode != "add" or not ins.result:
+            if not ins.result or not (ins.opcode == "add" or (
+                    ins.opcode == "or" and ins.operands.startswith("disjoint "))):
                 continue
-            m = re.fullmatch(r"(?:nuw )?(?:nsw )?i64 (%[-\w.$]+), (%[-\w.$]+)", ins.operands)
+            m = re.fullmatch(r"(?:disjoint )?(?:nuw )?(?:nsw )?i64 (%[-\w.$]+), "
+                             r"(%[-\w.$]+|-?\d+)", ins.operands)
             if m and counter in m.groups() and m.group(1) != m.group(2):
                 out[ins.result] = m.group(2) if m.group(1) == counter else m.group(1)
     return out
@@ -253,19 +263,19 @@ def _innermost(loops: list[Loop]) -> list[Loop]:
     return out
 
 
-def _counter(header: Block, preheader: str) -> tuple[str, str] | None:
-    """The loop's counter and its start: a phi from a value of the preheader that adds 1
-    per iteration."""
+def _counter(header: Block, preheader: str) -> tuple[str, str, int] | None:
+    """The loop's counter, its start and its step: a phi from a value of the preheader
+    that adds a positive constant per iteration (`for (i = 0; i < 8; i += 2)`)."""
     steps = {ins.result: ins.operands for ins in header.instructions if ins.opcode == "add"}
     for ins in header.instructions:
         if ins.opcode != "phi":
             break
         edges = dict((b, v.strip()) for v, b in EDGE.findall(ins.operands))
         step = [steps.get(v, "") for b, v in edges.items() if b != preheader]
-        if (preheader in edges and len(step) == 1 and ins.result
-                and re.fullmatch(rf"(?:nuw )?(?:nsw )?i64 {re.escape(ins.result)}, 1",
-                                 step[0])):
-            return ins.result, edges[preheader]
+        m = re.fullmatch(rf"(?:nuw )?(?:nsw )?i64 {re.escape(ins.result or '')}, ([1-9]\d*)",
+                         step[0]) if len(step) == 1 else None
+        if preheader in edges and m and ins.result:
+            return ins.result, edges[preheader], int(m.group(1))
     return None
 
 
@@ -287,8 +297,10 @@ def _unrolled(f: Function, graph: Graph, loop: Loop, sizes: Callable[[str], floa
     found = _counter(header, outside[0])
     if found is None:
         return False
-    counter, start = found
-    stretch = [a for s in _stretches(header, _offsets(f, sizes, counter)) for a in s]
+    counter, start, step = found
+    if step != 1 and start != "0":
+        return False  # the base would move by the start in elements, not iterations
+    stretch = [a for s in _stretches(header, _offsets(f, sizes, counter, step)) for a in s]
     groups: dict[tuple[str, str], list[Access]] = defaultdict(list)
     for a in stretch:
         if _invariant(a.base, graph, loop):
