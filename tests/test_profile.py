@@ -490,6 +490,15 @@ def test_full_source_kernels_and_their_launches_are_profiled():
     assert {(s.file, s.line) for s in c.source_lines} == {("source", 5)}
 
 
+def test_a_const_qualified_constant_reference_is_a_value_not_buffer_traffic():
+    # MLX spells its scalar arguments `const constant int&`: still a value the host sets
+    source = SAXPY.replace("constant float& a", "const constant float& a")
+    kernel = load_metal(source).kernel("saxpy")
+    x, y = np.arange(N, dtype=np.float32), np.ones(N, dtype=np.float32)
+    kernel(buffers=[x, y, np.float32(2)], grid=N, threads_per_threadgroup=64, profile=True)
+    assert {b.buffer for b in kernel.last_counters.buffers} == {"x", "y"}
+
+
 GEMM_PARAMS = np.dtype(
     [("M", "i4"), ("N", "i4"), ("K", "i4"), ("lda", "i4"), ("ldb", "i4"), ("ldd", "i4"),
      ("tiles_n", "i4"), ("tiles_m", "i4"), ("batch_stride_a", "i8"), ("batch_stride_b", "i8"),

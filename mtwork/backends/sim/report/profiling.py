@@ -136,9 +136,11 @@ def _buffers(memory: Memory) -> tuple[ctypes.Array, list[str]]:
 
 
 def _constant_value(type_text: str) -> bool:
-    """Whether a buffer parameter is a `constant` reference (a value, not an array)."""
+    """Whether a buffer parameter is a `constant` reference (a value, not an array):
+    `constant int&`, and `const constant int&` or `constant const int&` as MLX and
+    llama.cpp spell it."""
     text = type_text.strip()
-    return text.endswith("&") and text.split()[0] == "constant"
+    return text.endswith("&") and "constant" in text.split()[:2]
 
 
 @contextmanager
