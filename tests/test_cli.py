@@ -49,7 +49,7 @@ def no_notebook_may_start(monkeypatch):
     def started(*args, **kwargs):
         raise AssertionError("a notebook started")
 
-    monkeypatch.setattr(cli, "run_notebook", started)
+    monkeypatch.setattr(cli, "run_notebooks", started)
 
 
 def test_version(capsys):
