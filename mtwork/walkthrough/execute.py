@@ -98,7 +98,10 @@ def _run(notebook: Path, out_dir: Path, parameters: Mapping[str, object],
         try:
             papermill.execute_notebook(
                 str(notebook), str(executed), parameters=dict(parameters),
-                cwd=str(notebook.parent), kernel_name="python3",
+                # The kernel starts in the notebook's folder; papermill's own `cwd` would
+                # change this process's folder, under notebooks run side by side in threads.
+                resources={"metadata": {"path": str(notebook.parent.resolve())}},
+                kernel_name="python3",
                 progress_bar={"desc": notebook.stem, "leave": True} if progress else False,
                 config=_kernel_config(Path(sockets)))
         except papermill.PapermillExecutionError as failure:
