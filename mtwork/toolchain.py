@@ -8,6 +8,7 @@ an object file of every compile forever, is a folder removed after each run.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shlex
@@ -83,9 +84,14 @@ def _log_build(args: list[str], what: str, seconds: float) -> None:
     if not path:
         return
     output = Path(args[args.index("-o") + 1]) if "-o" in args[:-1] else None
+    inputs = [a for a in args if a.endswith((".cpp", ".ll", ".h", ".metal"))]
+    try:  # the same source built twice the same way shows as one digest twice
+        source = hashlib.sha256(Path(inputs[-1]).read_bytes()).hexdigest()[:16]
+    except (IndexError, OSError):
+        source = None
     line = {"what": what, "output": output.name if output else None,
-            "kind": _build_kind(args), "seconds": round(seconds, 3), "pid": os.getpid(),
-            "end": round(time.time(), 3)}
+            "kind": _build_kind(args), "source": source, "seconds": round(seconds, 3),
+            "pid": os.getpid(), "end": round(time.time(), 3)}
     with open(path, "a", encoding="utf-8") as log:  # one short write: lines stay whole
         log.write(json.dumps(line) + "\n")
 
@@ -94,7 +100,7 @@ def _build_kind(args: list[str]) -> str:
     """A clang run's part in a build, told from its flags and files."""
     inputs = [a for a in args if a.endswith((".cpp", ".ll", ".h", ".metal"))]
     source = Path(inputs[-1]).name if inputs else ""
-    if "c++-header" in args:
+    if "c++-header" in args or "-emit-pch" in args:
         return "precompiled header"
     if "-fsyntax-only" in args or "-E" in args or "-###" in args:
         return "check"
