@@ -180,7 +180,7 @@ def test_jobs_run_notebooks_at_once_slowest_first_and_keep_every_result(
     assert [r.split()[1] for r in rows] == ["ok", "FAILED", "ok"]
     assert all((out_dir / f"{nb}.html").is_file() for nb in ("quick", "broken", "slow"))
     # Their times are kept: the next run starts the slowest by what it took.
-    recorded = side_by_side.expected_seconds(slow)
+    recorded = side_by_side.expected_seconds(slow, {})
     assert 2 <= recorded < 50
 
 

@@ -40,10 +40,18 @@ def _recorded() -> dict[str, float]:
     return {str(k): float(v) for k, v in data.items() if isinstance(v, (int, float))}
 
 
-def record_seconds(runs: Sequence[NotebookRun]) -> None:
-    """Keeps the time of each notebook that ran through, for the order of the next run."""
+def _record_key(notebook: Path, parameters: Mapping[str, object]) -> str:
+    """A notebook's time is kept per set of parameters (small ones run faster)."""
+    return f"{notebook.resolve()} {json.dumps(parameters, sort_keys=True, default=repr)}"
+
+
+def record_seconds(runs: Sequence[NotebookRun],
+                   parameters: Mapping[Path, Mapping[str, object]]) -> None:
+    """Keeps the time of each notebook that ran through (with its `parameters`), for the
+    order of the next run."""
     times = _recorded()
-    times.update({str(run.notebook.resolve()): round(run.seconds, 1) for run in runs if run.ok})
+    times.update({_record_key(run.notebook, parameters[run.notebook]): round(run.seconds, 1)
+                  for run in runs if run.ok})
     path = _record_path()
     tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}")
     try:
@@ -53,12 +61,15 @@ def record_seconds(runs: Sequence[NotebookRun]) -> None:
         tmp.unlink(missing_ok=True)
 
 
-def expected_seconds(notebook: Path, recorded: Mapping[str, float] | None = None) -> float:
-    """How long `notebook` is expected to run: its last recorded time, else the hint in its
-    metadata (``mtwork.typical_seconds``), else infinity (an unknown one may be long)."""
+def expected_seconds(notebook: Path, parameters: Mapping[str, object],
+                     recorded: Mapping[str, float] | None = None) -> float:
+    """How long `notebook` is expected to run with `parameters`: its last recorded time,
+    else the hint in its metadata (``mtwork.typical_seconds``, for its defaults), else
+    infinity (an unknown one may be long)."""
     recorded = _recorded() if recorded is None else recorded
-    if str(notebook.resolve()) in recorded:
-        return recorded[str(notebook.resolve())]
+    key = _record_key(notebook, parameters)
+    if key in recorded:
+        return recorded[key]
     try:
         hint = json.loads(notebook.read_text()).get("metadata", {}).get("mtwork", {})
         return float(hint["typical_seconds"])
@@ -66,11 +77,12 @@ def expected_seconds(notebook: Path, recorded: Mapping[str, float] | None = None
         return float("inf")
 
 
-def slowest_first(notebooks: Sequence[Path]) -> list[Path]:
+def slowest_first(notebooks: Sequence[Path],
+                  parameters: Mapping[Path, Mapping[str, object]]) -> list[Path]:
     """`notebooks` in the order to start them: the longest first (ties keep their order),
     so that the last to finish is a short one."""
     recorded = _recorded()
-    return sorted(notebooks, key=lambda nb: -expected_seconds(nb, recorded))
+    return sorted(notebooks, key=lambda nb: -expected_seconds(nb, parameters[nb], recorded))
 
 
 def run_notebooks(notebooks: Sequence[Path], out_dir: Path,
@@ -85,7 +97,7 @@ def run_notebooks(notebooks: Sequence[Path], out_dir: Path,
         runs = [run_notebook(nb, out_dir, parameters[nb], env=env) for nb in notebooks]
     else:
         runs = _side_by_side(notebooks, out_dir, parameters, jobs, env, log or sys.stderr)
-    record_seconds(runs)
+    record_seconds(runs, parameters)
     return runs
 
 
@@ -113,5 +125,5 @@ def _side_by_side(notebooks: Sequence[Path], out_dir: Path,
         return run
 
     with kernel_environment(env), ThreadPoolExecutor(max_workers=jobs) as pool:
-        futures = {nb: pool.submit(one, nb) for nb in slowest_first(notebooks)}
+        futures = {nb: pool.submit(one, nb) for nb in slowest_first(notebooks, parameters)}
         return [futures[nb].result() for nb in notebooks]
