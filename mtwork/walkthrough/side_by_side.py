@@ -126,4 +126,8 @@ def _side_by_side(notebooks: Sequence[Path], out_dir: Path,
 
     with kernel_environment(env), ThreadPoolExecutor(max_workers=jobs) as pool:
         futures = {nb: pool.submit(one, nb) for nb in slowest_first(notebooks, parameters)}
-        return [futures[nb].result() for nb in notebooks]
+        try:
+            return [futures[nb].result() for nb in notebooks]
+        except BaseException:  # Ctrl-C: the notebooks not started yet never start
+            pool.shutdown(wait=False, cancel_futures=True)
+            raise
