@@ -246,8 +246,10 @@ def max_size() -> int:
     return int(float(m.group(1)) * scale)
 
 
-# Entries of the cache folder that are not artefacts, so never evicted.
-_KEPT = frozenset({_KEY_NAME, _USAGE_NAME, _BUILDS_NAME, "zig", "preprocess-stubs"})
+# Entries of the cache folder that are not artefacts, so never evicted (the last is the
+# times of `mtwork run`'s notebooks: walkthrough/side_by_side.py).
+_KEPT = frozenset({_KEY_NAME, _USAGE_NAME, _BUILDS_NAME, "zig", "preprocess-stubs",
+                   "walkthrough-seconds.json"})
 
 
 def _size(path: Path) -> int:
