@@ -218,11 +218,12 @@ def parser() -> argparse.ArgumentParser:
     run = sub.add_parser(
         "run", help="execute notebooks and write HTML walkthroughs",
         description=(
-            "Execute notebooks with papermill (a progress bar per notebook, over its cells)\n"
-            "and write an HTML walkthrough of each to --out, also of a notebook that fails\n"
-            "(its failing cell marked); a summary table ends the run. Exit status: 0 when\n"
-            "every notebook ran, 1 when one failed, 2 when the backend cannot run here or\n"
-            "the command line is wrong."),
+            "Execute notebooks with papermill, --jobs of them at once, the slowest first\n"
+            "(a line as each starts and ends; with --jobs 1 a progress bar over each\n"
+            "one's cells), and write an HTML walkthrough of each to --out, also of one\n"
+            "that fails (its failing cell marked); a summary table in the order given\n"
+            "ends the run. Exit status: 0 when every notebook ran, 1 when one failed, 2\n"
+            "when the backend cannot run here or the command line is wrong."),
         epilog=_notebook_parameters_text(), formatter_class=argparse.RawDescriptionHelpFormatter)
     run.add_argument("notebooks", nargs="*", help="notebooks to run (default: notebooks/*)")
     run.add_argument("-p", "--parameter", nargs=2, action="append", default=[],
