@@ -9,6 +9,10 @@ rewritten sources, preprocessed listings — and how it keeps it safe.
   a key only the user can read (``.seal-key``, mode 0600) — and checked before it is
   used. A truncated, zeroed or changed artefact is rebuilt, never loaded: nobody who can
   only write the cache can run code in mtwork's processes.
+- Concurrency: processes may share the cache (notebooks run side by side). A build holds
+  a lock named after its artefact (``builds/locks/``), so another process that needs the
+  same artefact waits for it and then uses it, rather than building it again or replacing
+  a folder of headers a compile is reading.
 - Leftovers: builds happen in folders of ``builds/`` named after their process, and move
   into place when done; those of processes that are gone are removed when a process
   first uses the cache (one folder to list, not the tens of thousands of kernels).
@@ -34,11 +38,12 @@ import tempfile
 import threading
 import time
 import warnings
+from collections.abc import Iterator
 from functools import cache
 from pathlib import Path
 
-__all__ = ["cache_dir", "cache_info", "clear_cache", "discard", "evict", "is_sealed",
-           "max_size", "pin", "publish", "seal", "used", "work_dir"]
+__all__ = ["build_lock", "cache_dir", "cache_info", "clear_cache", "discard", "evict",
+           "is_sealed", "max_size", "pin", "publish", "seal", "used", "work_dir"]
 
 _SEAL_SUFFIX = ".seal"
 _pinned: set[Path] = set()  # artefacts this process goes on reading: never evicted
@@ -103,6 +108,28 @@ def work_dir() -> Path:
     """A fresh folder of the cache to build in, named after this process so that what a
     killed build leaves is recognised and removed later."""
     return Path(tempfile.mkdtemp(dir=_builds(), prefix=f"tmp-{os.getpid()}-"))
+
+
+@contextlib.contextmanager
+def build_lock(artefact: Path) -> Iterator[None]:
+    """Held while `artefact` is built: other processes (and threads: each opens the lock
+    file anew) building the same one wait here, then find it published. Where files
+    cannot be locked, builders race, and the last to publish wins (every one is whole)."""
+    try:
+        import fcntl
+    except ImportError:
+        yield
+        return
+    locks = _builds() / "locks"
+    locks.mkdir(exist_ok=True)
+    # Named by the artefact's place in the cache: the same artefact, the same lock.
+    name = hashlib.sha256(str(artefact).encode()).hexdigest()[:32]
+    fd = os.open(locks / name, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
 
 
 def _alive(pid: int) -> bool:
@@ -219,8 +246,10 @@ def max_size() -> int:
     return int(float(m.group(1)) * scale)
 
 
-# Entries of the cache folder that are not artefacts, so never evicted.
-_KEPT = frozenset({_KEY_NAME, _USAGE_NAME, _BUILDS_NAME, "zig", "preprocess-stubs"})
+# Entries of the cache folder that are not artefacts, so never evicted (the last is the
+# times of `mtwork run`'s notebooks: walkthrough/side_by_side.py).
+_KEPT = frozenset({_KEY_NAME, _USAGE_NAME, _BUILDS_NAME, "zig", "preprocess-stubs",
+                   "walkthrough-seconds.json"})
 
 
 def _size(path: Path) -> int:

@@ -1,6 +1,6 @@
 """The `mtwork` command: execute the kernel notebooks and publish HTML walkthroughs.
 
-    mtwork run [NOTEBOOK ...] [-p NAME VALUE ...] [--backend B] [--out DIR]
+    mtwork run [NOTEBOOK ...] [-p NAME VALUE ...] [--backend B] [--out DIR] [--jobs N]
     mtwork kernels
     mtwork backends
     mtwork cache [info|clear]
@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import argparse
 import ast
+import os
 import sys
 from pathlib import Path
 
 from .walkthrough.execute import NotebookRun, run_notebook
 from .walkthrough.export import export_html
 from .walkthrough.parameters import notebook_parameters
+from .walkthrough.side_by_side import run_notebooks
 
 __all__ = ["export_html", "main", "parser", "run_notebook"]
 
@@ -37,6 +39,17 @@ def _parameter_value(text: str) -> object:
         return ast.literal_eval(text)
     except (ValueError, SyntaxError):
         return text
+
+
+def _jobs(text: str) -> int:
+    """--jobs: a whole number of notebooks at once, at least 1."""
+    try:
+        jobs = int(text)
+    except ValueError:
+        jobs = 0
+    if jobs < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number of at least 1, got {text!r}")
+    return jobs
 
 
 def _notebooks(paths: list[str]) -> list[Path]:
@@ -125,7 +138,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         print(f"mtwork run: {problem}", file=sys.stderr)
         return USAGE_ERROR
     env = {"MTWORK_BACKEND": backend} if isinstance(backend, str) else {}
-    runs = [run_notebook(nb, Path(args.out), shares[nb], env=env) for nb in notebooks]
+    runs = run_notebooks(notebooks, Path(args.out), shares, jobs=args.jobs, env=env)
     print("\n".join(_summary(runs)))
     failed = [run for run in runs if not run.ok]
     if failed:
@@ -205,11 +218,12 @@ def parser() -> argparse.ArgumentParser:
     run = sub.add_parser(
         "run", help="execute notebooks and write HTML walkthroughs",
         description=(
-            "Execute notebooks with papermill (a progress bar per notebook, over its cells)\n"
-            "and write an HTML walkthrough of each to --out, also of a notebook that fails\n"
-            "(its failing cell marked); a summary table ends the run. Exit status: 0 when\n"
-            "every notebook ran, 1 when one failed, 2 when the backend cannot run here or\n"
-            "the command line is wrong."),
+            "Execute notebooks with papermill, --jobs of them at once, the slowest first\n"
+            "(a line as each starts and ends; with --jobs 1 a progress bar over each\n"
+            "one's cells), and write an HTML walkthrough of each to --out, also of one\n"
+            "that fails (its failing cell marked); a summary table in the order given\n"
+            "ends the run. Exit status: 0 when every notebook ran, 1 when one failed, 2\n"
+            "when the backend cannot run here or the command line is wrong."),
         epilog=_notebook_parameters_text(), formatter_class=argparse.RawDescriptionHelpFormatter)
     run.add_argument("notebooks", nargs="*", help="notebooks to run (default: notebooks/*)")
     run.add_argument("-p", "--parameter", nargs=2, action="append", default=[],
@@ -218,6 +232,10 @@ def parser() -> argparse.ArgumentParser:
                      "metal where MLX has a Metal device, else sim); checked before any "
                      "notebook starts")
     run.add_argument("--out", default=str(DEFAULT_OUT), help="output folder (default: out)")
+    run.add_argument("--jobs", "-j", type=_jobs, default=os.cpu_count() or 1, metavar="N",
+                     help="notebooks run at once, the slowest first (default: the number of "
+                          "CPUs); with 1, one after another with a progress bar over each "
+                          "one's cells, else a line as each starts and ends")
     run.set_defaults(handler=_cmd_run)
     sub.add_parser("kernels", help="list the kernel families and their kernels").set_defaults(
         handler=_cmd_kernels

@@ -8,10 +8,13 @@ an object file of every compile forever, is a folder removed after each run.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import shlex
 import shutil
 import subprocess
+import time
 from functools import cache
 from pathlib import Path
 
@@ -60,6 +63,7 @@ def run_clang(args: list[str], what: str, *, stdin: str | None = None, raw: bool
     env.setdefault("ZIG_GLOBAL_CACHE_DIR", str(cache_dir() / "zig"))
     local = work_dir()
     env["ZIG_LOCAL_CACHE_DIR"] = str(local)
+    start = time.perf_counter()
     try:
         prefix = (clang()[0], "clang") if raw else clang()
         return subprocess.run([*prefix, *args], capture_output=True, text=True, env=env,
@@ -68,6 +72,47 @@ def run_clang(args: list[str], what: str, *, stdin: str | None = None, raw: bool
         raise EmulatorUnavailable(f"cannot run clang to build {what}: {exc}") from exc
     finally:
         shutil.rmtree(local, ignore_errors=True)
+        _log_build(args, what, time.perf_counter() - start)
+
+
+def _log_build(args: list[str], what: str, seconds: float) -> None:
+    """Appends one line (JSON) about a clang run to $MTWORK_BUILD_LOG, if set: what it
+    built, its output's name (kernel.so, a profiled folder's .ll, an engine's, a .pch)
+    and its wall time, to see where a run's build time goes (clang is single-threaded:
+    on an idle core its wall time is its CPU time)."""
+    path = os.environ.get("MTWORK_BUILD_LOG")
+    if not path:
+        return
+    output = Path(args[args.index("-o") + 1]) if "-o" in args[:-1] else None
+    inputs = [a for a in args if a.endswith((".cpp", ".ll", ".h", ".metal"))]
+    try:  # the same source built twice the same way shows as one digest twice
+        source = hashlib.sha256(Path(inputs[-1]).read_bytes()).hexdigest()[:16]
+    except (IndexError, OSError):
+        source = None
+    line = {"what": what, "output": output.name if output else None,
+            "kind": _build_kind(args), "source": source, "seconds": round(seconds, 3),
+            "pid": os.getpid(), "end": round(time.time(), 3)}
+    with open(path, "a", encoding="utf-8") as log:  # one short write: lines stay whole
+        log.write(json.dumps(line) + "\n")
+
+
+def _build_kind(args: list[str]) -> str:
+    """A clang run's part in a build, told from its flags and files."""
+    inputs = [a for a in args if a.endswith((".cpp", ".ll", ".h", ".metal"))]
+    source = Path(inputs[-1]).name if inputs else ""
+    if "c++-header" in args or "-emit-pch" in args:
+        return "precompiled header"
+    if "-fsyntax-only" in args or "-E" in args or "-###" in args:
+        return "check"
+    if "-DMTW_PROFILE" in args:
+        return "profiled: to IR"
+    if source == "counted.ll":
+        return "profiled: codegen"
+    if "-DMTW_SANITIZE" in args:
+        return "sanitized"
+    if source.endswith(".ll") or "-emit-llvm" in args:
+        return "fast engine"
+    return "library"
 
 
 def run_clang_front_end(args: list[str], extra: list[str], source: Path, what: str
@@ -80,11 +125,14 @@ def run_clang_front_end(args: list[str], extra: list[str], source: Path, what: s
     command = _front_end_command(tuple(args), source.name, os.getcwd())
     if command is None:
         return run_clang([*args, *extra, str(source)], what, raw=True)
+    start = time.perf_counter()
     try:
         return subprocess.run([*command, *extra, str(source)], capture_output=True,
                               text=True, check=False)
     except OSError as exc:
         raise EmulatorUnavailable(f"cannot run clang to check {what}: {exc}") from exc
+    finally:
+        _log_build(["-fsyntax-only", str(source)], what, time.perf_counter() - start)
 
 
 @cache

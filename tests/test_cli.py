@@ -12,7 +12,7 @@ from bs4 import BeautifulSoup
 import mtwork
 from mtwork import cli
 from mtwork.backends import register, unregister
-from mtwork.walkthrough import export
+from mtwork.walkthrough import export, side_by_side
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -49,7 +49,7 @@ def no_notebook_may_start(monkeypatch):
     def started(*args, **kwargs):
         raise AssertionError("a notebook started")
 
-    monkeypatch.setattr(cli, "run_notebook", started)
+    monkeypatch.setattr(cli, "run_notebooks", started)
 
 
 def test_version(capsys):
@@ -99,7 +99,7 @@ def test_run_is_quiet_shows_progress_and_ends_with_a_summary(capfd, tmp_path):
     plain = write_notebook(tmp_path / "plain.ipynb", "print('plain')", "print('two')")
     out_dir = tmp_path / "out"
     assert cli.main(["run", str(takes_n), str(plain), "-p", "n", "3", "--out",
-                     str(out_dir)]) == 0
+                     str(out_dir), "--jobs", "1"]) == 0
     out, err = capfd.readouterr()
     assert "without encryption" not in err and "WARNING" not in err
     assert "takes_n: 100%" in err and "plain: 100%" in err and "3/3" in err  # cells
@@ -143,3 +143,49 @@ def test_html_is_written_beside_and_renamed_into_place(tmp_path, monkeypatch):
         export.write_atomically(target, "half")
     assert target.read_text() == "new"
     assert [p.name for p in tmp_path.iterdir()] == ["walk.html"]  # no temporary left
+
+
+def hinted(path: Path, seconds: float, *cells: str) -> Path:
+    """A notebook whose metadata says how long it typically runs."""
+    write_notebook(path, *cells)
+    nb = nbformat.read(path, as_version=4)
+    nb.metadata["mtwork"] = {"typical_seconds": seconds}
+    nbformat.write(nb, path)
+    return path
+
+
+def test_jobs_run_notebooks_at_once_slowest_first_and_keep_every_result(
+        capfd, tmp_path, monkeypatch):
+    monkeypatch.setenv("MTWORK_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.chdir(tmp_path)  # paths relative to here stay right while others run
+    (tmp_path / "nb").mkdir()
+    in_its_folder = f"import os; assert os.getcwd() == {str(tmp_path / 'nb')!r}"
+    quick = hinted(Path("nb/quick.ipynb"), 1, in_its_folder)
+    broken = hinted(Path("nb/broken.ipynb"), 5, "import time; time.sleep(1)",
+                    "assert False, 'mismatch'")
+    slow = hinted(Path("nb/slow.ipynb"), 50, "import time; time.sleep(2)", in_its_folder)
+    out_dir = Path("out")
+    assert cli.main(["run", str(quick), str(broken), str(slow), "-j", "2",
+                     "--out", str(out_dir)]) == 1
+    out, err = capfd.readouterr()
+    lines = [line for line in err.splitlines() if line.startswith(("quick", "broken", "slow"))]
+    # The two slowest start at once; the quick one waits for a free slot.
+    assert sorted(lines[:2]) == ["broken: started", "slow: started"]
+    failed = next(i for i, line in enumerate(lines) if line.startswith("broken: FAILED"))
+    assert lines[failed].startswith("broken: FAILED in cell [2] after ")
+    assert lines.index("quick: started") > failed
+    assert any(line.startswith("slow: ok after") for line in lines)
+    rows = out.strip().splitlines()[1:]
+    assert [r.split()[0] for r in rows] == [str(quick), str(broken), str(slow)]
+    assert [r.split()[1] for r in rows] == ["ok", "FAILED", "ok"]
+    assert all((out_dir / f"{nb}.html").is_file() for nb in ("quick", "broken", "slow"))
+    # Their times are kept: the next run starts the slowest by what it took.
+    recorded = side_by_side.expected_seconds(slow, {})
+    assert 2 <= recorded < 50
+
+
+def test_jobs_must_be_a_whole_number_of_at_least_one(capsys, tmp_path):
+    nb = write_notebook(tmp_path / "a.ipynb", "print(1)")
+    with pytest.raises(SystemExit):
+        cli.main(["run", str(nb), "--jobs", "0"])
+    assert "--jobs" in capsys.readouterr().err

@@ -5,8 +5,14 @@ text masks the rewrites use."""
 
 from __future__ import annotations
 
+import json
+import os
 import random
+import subprocess
+import sys
+import threading
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import mlx.core as mx
@@ -253,3 +259,42 @@ def test_threads_compiling_one_program_at_once_build_it_once(monkeypatch) -> Non
         t.join()
     assert sorted(builds) == [False, True] and len(got) == 5
     assert len({id(c) for c in got}) == 2  # every thread holds the one build of its variant
+
+
+def test_concurrent_builders_of_one_library_build_it_once(monkeypatch, tmp_path: Path):
+    log = tmp_path / "builds.log"
+    monkeypatch.setenv("MTWORK_BUILD_LOG", str(log))
+    kernel = _scale()
+    tu, tree = translation_unit(_program(kernel))
+    compiler.runtime_library()  # built already: only the kernel is built below
+    start = threading.Barrier(3)
+
+    def build(_: int) -> Path:
+        start.wait()
+        return compiler.compile_kernel(tu, "safe", kernel.name, include_dirs=tree.include_dirs)
+
+    with ThreadPoolExecutor(max_workers=3) as pool:
+        paths = list(pool.map(build, range(3)))
+    assert len(set(paths)) == 1 and cachedir.is_sealed(paths[0])
+    runs = [json.loads(line) for line in log.read_text().splitlines()]
+    assert [run["kind"] for run in runs if run["what"] == kernel.name] == ["library"]
+
+
+def test_a_build_lock_held_by_another_process_is_waited_for(tmp_path: Path):
+    artefact = cachedir.cache_dir() / "kernels" / f"{uuid.uuid4().hex}.so"
+    marker = tmp_path / "released"
+    holder = (
+        "import time\nfrom pathlib import Path\nfrom mtwork import cachedir\n"
+        f"with cachedir.build_lock(Path({str(artefact)!r})):\n"
+        "    print('held', flush=True)\n    time.sleep(1.0)\n"
+        f"    Path({str(marker)!r}).write_text('done')\n")
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    process = subprocess.Popen([sys.executable, "-c", holder], stdout=subprocess.PIPE,
+                               text=True, env=env)
+    try:
+        assert process.stdout is not None and process.stdout.readline().strip() == "held"
+        with cachedir.build_lock(artefact):
+            assert marker.read_text() == "done"  # the holder finished before we got it
+    finally:
+        process.wait(timeout=60)
+    assert process.returncode == 0

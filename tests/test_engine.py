@@ -8,7 +8,10 @@ read where the dispatch runs.
 
 from __future__ import annotations
 
+import importlib
+import os
 import threading
+import time
 import uuid
 
 import mlx.core as mx
@@ -348,3 +351,36 @@ def test_an_unknown_engine_is_refused_by_name(engine) -> None:
     with pytest.raises(ValueError, match=r"MTWORK_SIM_ENGINE must be one of auto, fast, "
                                          r"fibers, compare, got 'turbo'"):
         call(kernel, np.ones(256, np.float32), 1)
+
+
+class _BusyClock:
+    """The clocks of `time`, but each reading of processor time 1.5 s later than the
+    last: a call that took 1.5 s of processor time, however long it took on the wall."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def process_time(self) -> float:
+        self.now += 1.5
+        return self.now
+
+    def __getattr__(self, name: str):
+        return getattr(time, name)
+
+
+def test_fiber_time_toward_the_build_is_processor_time_over_the_workers(
+        engine, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A loaded machine stretches a call's wall time, not its processor time: what counts
+    toward building a kernel's fast library is the call's processor time over the
+    runtime's workers (one per core), so a busy machine builds no more than a quiet one."""
+    engine("auto")
+    x = RNG.standard_normal(4 * 256).astype(np.float32)
+    kernel = mtwork.metal_kernel("engine_busy", ["inp"], ["out"],
+                                 f"// {uuid.uuid4()}\n{TREE_SUM.replace('partial', 'busy')}")
+    engines = backend("sim")._engines
+    before = dict(engines._fiber_seconds)
+    monkeypatch.setattr(importlib.import_module("mtwork.backends.sim"), "time", _BusyClock())
+    call(kernel, x, 4)
+    assert kernel.last_engine.name == "fibers"
+    added = {path: t for path, t in engines._fiber_seconds.items() if path not in before}
+    assert list(added.values()) == [pytest.approx(1.5 / (os.cpu_count() or 1))]

@@ -4,13 +4,15 @@ notebooks run once per session (`walkthroughs`); the browser checks of the same 
 in test_walkthrough_browser.py."""
 
 import json
+import os
 import re
 from pathlib import Path
 
 import pytest
 
-from mtwork.walkthrough.execute import NotebookRun, run_notebook
+from mtwork.walkthrough.execute import NotebookRun
 from mtwork.walkthrough.parameters import notebook_parameters
+from mtwork.walkthrough.side_by_side import run_notebooks
 
 NOTEBOOKS = sorted((Path(__file__).parent.parent / "notebooks").glob("*.ipynb"))
 
@@ -26,12 +28,13 @@ _RUNS: dict[str, NotebookRun] = {}
 
 def executed_walkthroughs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, NotebookRun]:
     """Every notebook run on sim with its CI parameters and exported to HTML, once per
-    session, whichever test module asks first."""
+    session, whichever test module asks first; side by side, one per core."""
     if not _RUNS:
         out = tmp_path_factory.mktemp("walkthroughs")
-        _RUNS.update({nb.stem: run_notebook(nb, out, {"backend": "sim", **ci_parameters(nb)},
-                                            progress=False, env={"MTWORK_BACKEND": "sim"})
-                      for nb in NOTEBOOKS})
+        parameters = {nb: {"backend": "sim", **ci_parameters(nb)} for nb in NOTEBOOKS}
+        runs = run_notebooks(NOTEBOOKS, out, parameters, jobs=os.cpu_count() or 1,
+                             env={"MTWORK_BACKEND": "sim"})
+        _RUNS.update({run.notebook.stem: run for run in runs})
     return _RUNS
 
 

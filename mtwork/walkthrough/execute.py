@@ -16,7 +16,7 @@ from ..host import socket_dir
 from .export import export_html
 from .math import UnrenderableFormula
 
-__all__ = ["NotebookRun", "run_notebook"]
+__all__ = ["NotebookRun", "kernel_environment", "run_notebook"]
 
 # Plotly >= 6 only emits a mimetype nbconvert drops; the notebook renderer embeds plotly.js
 # so the walkthrough draws offline.
@@ -42,7 +42,7 @@ class NotebookRun:
 
 
 @contextlib.contextmanager
-def _kernel_environment(extra: Mapping[str, str]) -> Iterator[None]:
+def kernel_environment(extra: Mapping[str, str]) -> Iterator[None]:
     """Environment for the kernel process: this mtwork first on its path (so a checkout's
     notebooks run the checkout's package, whatever is installed), plus `extra`."""
     package_root = str(Path(__file__).resolve().parents[2])
@@ -71,10 +71,21 @@ def _kernel_config(folder: Path) -> Any:
 
 
 def run_notebook(notebook: Path, out_dir: Path, parameters: Mapping[str, object], *,
-                 progress: bool = True, env: Mapping[str, str] | None = None) -> NotebookRun:
+                 progress: bool = True, env: Mapping[str, str] | None = None,
+                 environment_set: bool = False) -> NotebookRun:
     """Executes `notebook` with papermill into `out_dir` and exports its HTML walkthrough
     there (also when a cell fails: the walkthrough then shows where). `progress` draws a
-    tqdm bar over the cells; `env` adds variables for the kernel."""
+    tqdm bar over the cells; `env` adds variables for the kernel. `environment_set`: the
+    caller has set the kernel's up with `kernel_environment` (once for notebooks run side
+    by side in threads, which must not each change and restore the process's)."""
+    if environment_set:
+        return _run(notebook, out_dir, parameters, progress)
+    with kernel_environment(env or {}):
+        return _run(notebook, out_dir, parameters, progress)
+
+
+def _run(notebook: Path, out_dir: Path, parameters: Mapping[str, object],
+         progress: bool) -> NotebookRun:
     import papermill
 
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -83,12 +94,14 @@ def run_notebook(notebook: Path, out_dir: Path, parameters: Mapping[str, object]
     executed.unlink(missing_ok=True)  # a stale copy must not pass for this run's
     status, failed_cell, error = "ok", None, ""
     start = time.perf_counter()
-    with tempfile.TemporaryDirectory(prefix="mtwork-kernel-", dir=socket_dir()) as sockets, \
-            _kernel_environment(env or {}):
+    with tempfile.TemporaryDirectory(prefix="mtwork-kernel-", dir=socket_dir()) as sockets:
         try:
             papermill.execute_notebook(
                 str(notebook), str(executed), parameters=dict(parameters),
-                cwd=str(notebook.parent), kernel_name="python3",
+                # The kernel starts in the notebook's folder; papermill's own `cwd` would
+                # change this process's folder, under notebooks run side by side in threads.
+                resources={"metadata": {"path": str(notebook.parent.resolve())}},
+                kernel_name="python3",
                 progress_bar={"desc": notebook.stem, "leave": True} if progress else False,
                 config=_kernel_config(Path(sockets)))
         except papermill.PapermillExecutionError as failure:

@@ -124,7 +124,9 @@ def _precompiled(program: Program, tree: SourceTree, flags: list[str]) -> Path |
     header = target.with_suffix(".h")
     if precompiled.usable(target) and precompiled.usable(header):
         return target
-    with _pch_lock:
+    with _pch_lock, cachedir.build_lock(target):  # its header is not rewritten while in use
+        if precompiled.usable(target) and precompiled.usable(header):
+            return target
         work = cachedir.work_dir()
         try:
             text = work / header.name

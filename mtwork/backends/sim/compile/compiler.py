@@ -156,7 +156,7 @@ def runtime_library(target: Target = HOST) -> Path:
     suffix = "" if target.is_host else f"-{target.name}"
     library = cache_dir() / f"libmtwrt-{shim_version(target)}{suffix}.so"
     cachedir.pin(library)
-    with _runtime_lock:
+    with _runtime_lock, cachedir.build_lock(library):
         if reusable(library):
             return library
         if target.is_host:
@@ -201,7 +201,7 @@ def rewritten_mlx_headers(kind: str, rewrite: Callable[[str], str]) -> Path:
     kernels = source / "mlx" / "backend" / "metal" / "kernels"
     target = cache_dir() / f"{kind}-{_tree_digest(kernels, '*.h')}-{rewriters_digest()}"
     cachedir.pin(target)  # every compile of this process includes from it
-    with _headers_lock:
+    with _headers_lock, cachedir.build_lock(target):  # nobody replaces them mid-compile
         if reusable(target):
             return target
         tmp = cachedir.work_dir()
@@ -298,8 +298,25 @@ def compile_kernel(tu: Translation, math_mode: str, kernel_label: str,
                  *(p.read_bytes() for p in _PROFILER_SOURCES if profile))
     cached = cache_dir() / "kernels" / (f"{key}-profile" if profile else f"{key}.so")
     library = cached / "kernel.so" if profile else cached
-    if reusable(cached):
-        return library
+    try:
+        if reusable(cached):
+            return library
+        with cachedir.build_lock(cached):  # another process building it: wait, then reuse
+            if reusable(cached):
+                return library
+            _build_kernel(tu, flags, link, user_includes, include_dirs, cached, profile,
+                          kernel_label, target)
+    finally:
+        if runtime is not None:
+            runtime.join()  # the caller loads the kernel next, or a worker process does
+    cachedir.evict(keep=cached)
+    return library
+
+
+def _build_kernel(tu: Translation, flags: list[str], link: Sequence[str],
+                  user_includes: list[str], include_dirs: Sequence[Path], cached: Path,
+                  profile: bool, kernel_label: str, target: Target) -> None:
+    """Builds the library (or the profiled folder) `cached` in a folder of its own."""
     work = cachedir.work_dir()
     try:
         cpp = work / "kernel.cpp"
@@ -315,10 +332,6 @@ def compile_kernel(tu: Translation, math_mode: str, kernel_label: str,
         cachedir.publish(built, cached)
     finally:
         shutil.rmtree(work, ignore_errors=True)
-        if runtime is not None:
-            runtime.join()  # the caller loads the kernel next, or a worker process does
-    cachedir.evict(keep=cached)
-    return library
 
 
 def _runtime_beside() -> threading.Thread | None:

@@ -159,7 +159,7 @@ def precompiled_header(headers: Sequence[str], flags: Sequence[str],
     header = target.with_suffix(".h")
     if usable(target) and usable(header):
         return target
-    with _lock:
+    with _lock, cachedir.build_lock(target):  # its header is not rewritten while in use
         if usable(target) and usable(header):
             return target
         work = cachedir.work_dir()

@@ -185,6 +185,14 @@ def build(program: Program, target: Target = HOST) -> Built:
     found = _from_cache(library, refusal)
     if found is not None:
         return found
+    with cachedir.build_lock(library):  # another process building it: wait, then reuse
+        found = _from_cache(library, refusal)
+        return found if found is not None else _build(tu, program, include_dirs, library,
+                                                      refusal, target)
+
+
+def _build(tu: Translation, program: Program, include_dirs: tuple[Path, ...], library: Path,
+           refusal: Path, target: Target) -> Built:
     library.parent.mkdir(parents=True, exist_ok=True)
     work = cachedir.work_dir()
     try:
