@@ -54,12 +54,12 @@ def reads_like_a_session(texts: Sequence[str]) -> bool:
     return not any(_DIAGNOSTIC_PRAGMA.search(t) for t in texts)
 
 
-def _identity(path: Path) -> tuple[int, int, int] | None:
+def _identity(path: Path) -> tuple[int, ...] | None:
     try:
         st = path.stat()
     except OSError:
         return None
-    return st.st_dev, st.st_ino, st.st_mtime_ns
+    return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns
 
 
 class _Session:
