@@ -146,10 +146,13 @@ class _Session:
             self.buffer += chunk
 
     def end(self) -> None:
-        """Stops clang and removes what its units read (the caller's folders)."""
+        """Stops clang and removes what its units read (the caller's folders); in a
+        process forked from the session's, only forgets it."""
         if not self.alive:
             return
         self.alive = False
+        if self.owner != os.getpid():
+            return
         for fd in self.writes[2 * self.next:]:
             with contextlib.suppress(OSError):
                 os.close(fd)
@@ -230,6 +233,8 @@ def close_sessions() -> None:
         if session.owner == os.getpid():
             with session.lock:
                 session.end()
+        else:
+            session.end()
 
 
 atexit.register(close_sessions)

@@ -122,3 +122,22 @@ def test_the_metal_check_finds_the_same_in_a_session_and_alone(monkeypatch):
     monkeypatch.setattr(clang_sessions, "run", lambda *args, **kwargs: None)
     assert in_sessions == found(f"alone {uuid.uuid4()}")
     assert [bool(v) for v in in_sessions] == [False, True, False, True]
+
+
+def _unit_in_a_fork(folder: str) -> bool:
+    shared = clang_sessions.run(ARGS, [], "int f();\n", Path(folder))
+    return shared is not None and shared[0].returncode == 0
+
+
+def test_a_forked_process_leaves_its_parents_session_alone(tmp_path):
+    import multiprocessing
+
+    first, second, forked = tmp_path / "first", tmp_path / "second", tmp_path / "forked"
+    for folder in (first, second, forked):
+        folder.mkdir()
+    assert clang_sessions.run(ARGS, [], "int f();\n", first)[1]
+    with multiprocessing.get_context("fork").Pool(1) as pool:
+        assert pool.apply(_unit_in_a_fork, (str(forked),))
+    # The parent's session goes on: it takes the next unit, and still holds the first's.
+    assert clang_sessions.run(ARGS, [], "int g();\n", second)[1]
+    assert first.exists()
