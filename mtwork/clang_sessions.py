@@ -20,7 +20,9 @@ that write diagnostic pragmas of their own are the caller's to keep out
 
 Where a session cannot take a unit (busy with another thread's, its clang gone, no
 ``/dev/fd``), `run` returns None and the caller runs clang once, as without sessions. When
-this process ends, the pipes' write ends close: clang reads empty inputs and exits.
+this process ends, the pipes' write ends close: clang reads empty inputs and exits. An
+idle session holds its clang (some 65 MB) until its units are used up, a third set of
+flags ends it, or this process ends.
 """
 
 from __future__ import annotations
@@ -81,6 +83,10 @@ class _Session:
                 [*command, *(str(_FD_FOLDER / str(r)) for r in reads)],
                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                 pass_fds=reads)
+        except OSError:
+            for w in self.writes:
+                os.close(w)
+            raise
         finally:
             for r in reads:
                 os.close(r)
