@@ -141,3 +141,15 @@ def test_a_forked_process_leaves_its_parents_session_alone(tmp_path):
     # The parent's session goes on: it takes the next unit, and still holds the first's.
     assert clang_sessions.run(ARGS, [], "int g();\n", second)[1]
     assert first.exists()
+
+
+def test_a_header_each_unit_includes_is_read_by_each(tmp_path):
+    # `#pragma once` and include guards are a unit's own: the next unit reads them again.
+    (tmp_path / "once.h").write_text("#pragma once\nint g();\n")
+    (tmp_path / "guarded.h").write_text("#ifndef GUARDED\n#define GUARDED\nint h();\n#endif\n")
+    unit = (f'#include "{tmp_path / "once.h"}"\n#include "{tmp_path / "guarded.h"}"\n'
+            "int f() { return g() + h(); }\n")
+    for name in ("first", "second", "third"):
+        (tmp_path / name).mkdir()
+        result, taken = clang_sessions.run(ARGS, [], unit, tmp_path / name)
+        assert (result.returncode, result.stderr, taken) == (0, "", True), name
