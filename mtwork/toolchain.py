@@ -21,7 +21,8 @@ from pathlib import Path
 from .cachedir import cache_dir, work_dir
 from .errors import EmulatorUnavailable
 
-__all__ = ["builtin_headers", "clang", "run_clang", "run_clang_front_end", "toolchain_identity"]
+__all__ = ["builtin_headers", "clang", "front_end_command", "run_clang", "run_clang_front_end",
+           "toolchain_identity"]
 
 
 @cache
@@ -122,7 +123,7 @@ def run_clang_front_end(args: list[str], extra: list[str], source: Path, what: s
     run the driver's start (a third of a small check's time). `extra` are flags that
     change from run to run and mean the same to the driver and the front end (``-I``,
     ``-include-pch``). Where the driver's answer cannot be read, the driver runs."""
-    command = _front_end_command(tuple(args), source.name, os.getcwd())
+    command = front_end_command(tuple(args), source.name, os.getcwd())
     if command is None:
         return run_clang([*args, *extra, str(source)], what, raw=True)
     start = time.perf_counter()
@@ -136,7 +137,7 @@ def run_clang_front_end(args: list[str], extra: list[str], source: Path, what: s
 
 
 @cache
-def _front_end_command(args: tuple[str, ...], name: str, cwd: str) -> tuple[str, ...] | None:
+def front_end_command(args: tuple[str, ...], name: str, cwd: str) -> tuple[str, ...] | None:
     """The front-end command the driver prints (``-###``) for `args` and an input named
     `name` (an empty file, written for the question), without that input; None unless it
     is one front-end job."""

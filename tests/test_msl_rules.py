@@ -223,6 +223,14 @@ def test_the_rules_page_lists_every_rule_with_its_section_and_test() -> None:
     rows = dict(re.findall(r"^\| `([a-z-]+)` \| ([\d.]+) \|", page, flags=re.M))
     assert rows == {r.id: r.section for r in RULES.values()}
     assert "test_rejected[<rule>]" in page and "test_valid_twin[<rule>]" in page
+    # Each row names the rule's two tests (cases of this file) and its status.
+    cases = {c.rule for c in CASES}
+    named = re.findall(r"^\| `([a-z-]+)` \| [\d.]+ \| [^|]+ \| ([^|]+) \| ([^|]+) \|$",
+                       page, flags=re.M)
+    assert len(named) == len(RULES)
+    for rule, tests, status in named:
+        assert f"`test_rejected[{rule}]`" in tests and f"`test_valid_twin[{rule}]`" in tests, rule
+        assert rule in cases and status.strip() == "enforced, tested", rule
 
 
 # --- the examples, in the body form ------------------------------------------

@@ -31,7 +31,7 @@ import threading
 from functools import cache
 from pathlib import Path
 
-from .... import cachedir
+from .... import cachedir, clang_sessions
 from ....cachedir import cache_dir
 from ....dispatch import BodyForm, Program
 from ....msl.constants import rewrite_function_constants, strip_msl_only_syntax
@@ -179,6 +179,7 @@ def address_space_violations(program: Program, every_file: bool = False
         cachedir.used(cached)
         return tuple(Violation(**v) for v in json.loads(cached.read_text()))
     work = cachedir.work_dir()
+    kept = False
     try:
         tree = source_tree_in(work / "sources", program, for_check)
         includes = [arg for d in (*tree.include_dirs, check_headers_dir())
@@ -190,10 +191,17 @@ def address_space_violations(program: Program, every_file: bool = False
         # need not validate it against them (which reads every header it holds).
         fixed = [*flags, *_DIAGNOSTICS, "-Xclang", "-fno-validate-pch"]
         args = [*flags, *_DIAGNOSTICS, *includes, str(cpp)]
-        result = (run_clang([*_PRELUDE_INCLUDES, *args], program.label, raw=True)
-                  if pch is None else
-                  run_clang_front_end(fixed, ["-include-pch", str(pch), *includes], cpp,
-                                      program.label))
+        extra = ["-include-pch", str(pch), *includes]
+        result = None
+        if pch is not None and _shareable(program, tree):
+            shared = clang_sessions.run(fixed, extra, cpp.read_text(), work,
+                                        depends=(pch, check_headers_dir()))
+            if shared is not None:
+                result, kept = shared  # a folder kept is the session's, removed at its end
+        if result is None:
+            result = (run_clang([*_PRELUDE_INCLUDES, *args], program.label, raw=True)
+                      if pch is None else
+                      run_clang_front_end(fixed, extra, cpp, program.label))
         if result.returncode != 0 and pch is not None and str(pch) in result.stderr:
             cachedir.discard(pch)  # unreadable: parse everything, and build it again later
             result = run_clang([*_PRELUDE_INCLUDES, *args], program.label, raw=True)
@@ -203,8 +211,26 @@ def address_space_violations(program: Program, every_file: bool = False
         out.write_text(json.dumps([v.__dict__ for v in found]))
         cachedir.publish(out, cached)
     finally:
-        shutil.rmtree(work, ignore_errors=True)
+        if not kept:
+            shutil.rmtree(work, ignore_errors=True)
     return found
+
+
+def _shareable(program: Program, tree: SourceTree) -> bool:
+    """Whether the check of `program` can go to a clang session (`clang_sessions`): its
+    flags are the same as other programs' (no folder of the author's to search, whose
+    copy is in this check's own folder), and neither its texts nor MLX's headers set
+    diagnostic state by pragma."""
+    src = program.sources
+    return (not tree.include_dirs and _headers_shareable(check_headers_dir())
+            and clang_sessions.reads_like_a_session(
+                (program.defines, src.prelude, src.text, *(t for _, t in src.files))))
+
+
+@cache
+def _headers_shareable(folder: Path) -> bool:
+    return clang_sessions.reads_like_a_session(
+        [p.read_text(errors="replace") for p in sorted(folder.rglob("*")) if p.is_file()])
 
 
 class _Places:
