@@ -52,6 +52,15 @@ def _jobs(text: str) -> int:
     return jobs
 
 
+def _default_jobs(backend: str | None) -> int:
+    """Notebooks at once when --jobs is not given: one per CPU on `sim`, whose kernels run
+    on the CPU; one on `metal`, where side-by-side notebooks would share the GPU and
+    disturb each other's timings."""
+    from .backends import resolve
+
+    return 1 if resolve(backend) == "metal" else os.cpu_count() or 1
+
+
 def _notebooks(paths: list[str]) -> list[Path]:
     if paths:
         found = [Path(p) for p in paths]
@@ -138,7 +147,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
         print(f"mtwork run: {problem}", file=sys.stderr)
         return USAGE_ERROR
     env = {"MTWORK_BACKEND": backend} if isinstance(backend, str) else {}
-    runs = run_notebooks(notebooks, Path(args.out), shares, jobs=args.jobs, env=env)
+    jobs = args.jobs or _default_jobs(backend if isinstance(backend, str) else None)
+    runs = run_notebooks(notebooks, Path(args.out), shares, jobs=jobs, env=env)
     print("\n".join(_summary(runs)))
     failed = [run for run in runs if not run.ok]
     if failed:
@@ -232,9 +242,10 @@ def parser() -> argparse.ArgumentParser:
                      "metal where MLX has a Metal device, else sim); checked before any "
                      "notebook starts")
     run.add_argument("--out", default=str(DEFAULT_OUT), help="output folder (default: out)")
-    run.add_argument("--jobs", "-j", type=_jobs, default=os.cpu_count() or 1, metavar="N",
+    run.add_argument("--jobs", "-j", type=_jobs, default=None, metavar="N",
                      help="notebooks run at once, the slowest first (default: the number of "
-                          "CPUs); with 1, one after another with a progress bar over each "
+                          "CPUs on sim, 1 on metal, whose GPU they would share); with 1, "
+                          "one after another with a progress bar over each "
                           "one's cells, else a line as each starts and ends")
     run.set_defaults(handler=_cmd_run)
     sub.add_parser("kernels", help="list the kernel families and their kernels").set_defaults(

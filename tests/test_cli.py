@@ -189,3 +189,18 @@ def test_jobs_must_be_a_whole_number_of_at_least_one(capsys, tmp_path):
     with pytest.raises(SystemExit):
         cli.main(["run", str(nb), "--jobs", "0"])
     assert "--jobs" in capsys.readouterr().err
+
+
+def test_default_jobs_are_the_cpus_on_sim_and_one_on_metal(tmp_path, monkeypatch):
+    import importlib
+
+    backends_module = importlib.import_module("mtwork.backends")  # `mtwork.backends` is a function
+    nb = write_notebook(tmp_path / "a.ipynb", "print(1)")
+    asked: list[int] = []
+    monkeypatch.setattr(cli, "run_notebooks", lambda *a, jobs, **k: asked.append(jobs) or [])
+    assert cli.main(["run", str(nb), "--backend", "sim"]) == 0
+    # Side by side, notebooks on metal would share one GPU and disturb each other's timings.
+    monkeypatch.setattr(backends_module, "resolve", lambda name: "metal")
+    assert cli.main(["run", str(nb), "--backend", "sim"]) == 0
+    assert cli.main(["run", str(nb), "--backend", "sim", "-j", "3"]) == 0
+    assert asked == [os.cpu_count() or 1, 1, 3]
