@@ -42,6 +42,8 @@ from collections.abc import Iterator
 from functools import cache
 from pathlib import Path
 
+from .host import exclusive_lock
+
 __all__ = ["build_lock", "cache_dir", "cache_info", "clear_cache", "discard", "evict",
            "is_sealed", "max_size", "pin", "publish", "seal", "used", "work_dir"]
 
@@ -112,24 +114,14 @@ def work_dir() -> Path:
 
 @contextlib.contextmanager
 def build_lock(artefact: Path) -> Iterator[None]:
-    """Held while `artefact` is built: other processes (and threads: each opens the lock
-    file anew) building the same one wait here, then find it published. Where files
-    cannot be locked, builders race, and the last to publish wins (every one is whole)."""
-    try:
-        import fcntl
-    except ImportError:
-        yield
-        return
+    """Held while `artefact` is built: other processes (and threads) building the same one
+    wait here, then find it published. Where files cannot be locked, builders race, and
+    the last to publish wins (every one is whole)."""
     locks = _builds() / "locks"
     locks.mkdir(exist_ok=True)
     # Named by the artefact's place in the cache: the same artefact, the same lock.
-    name = hashlib.sha256(str(artefact).encode()).hexdigest()[:32]
-    fd = os.open(locks / name, os.O_RDWR | os.O_CREAT, 0o600)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
+    with exclusive_lock(locks / hashlib.sha256(str(artefact).encode()).hexdigest()[:32]):
         yield
-    finally:
-        os.close(fd)  # releases the lock
 
 
 def _alive(pid: int) -> bool:
@@ -329,20 +321,11 @@ def evict(limit: int | None = None, keep: Path | None = None) -> int:
 
 
 @contextlib.contextmanager
-def _usage_file():
+def _usage_file() -> Iterator[int | None]:
     """The running total's file, opened and locked against other processes (None where
     files cannot be locked: the cache is then counted every time)."""
-    try:
-        import fcntl
-    except ImportError:
-        yield None
-        return
-    fd = os.open(cache_dir() / _USAGE_NAME, os.O_RDWR | os.O_CREAT, 0o600)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
+    with exclusive_lock(cache_dir() / _USAGE_NAME) as fd:
         yield fd
-    finally:
-        os.close(fd)  # releases the lock
 
 
 def _read_usage(fd: int) -> tuple[int, float] | None:

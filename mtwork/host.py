@@ -25,6 +25,7 @@ place with its reason (the emulator runtime's own are in
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import math
 import mmap
@@ -32,12 +33,13 @@ import os
 import platform
 import sys
 import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 __all__ = ["HOST", "MACOS_ARM64", "MACOS_X86_64", "LINUX_ARM64", "PAGE_SIZE", "Target",
-           "available_memory", "describe", "extension_link_flags", "shared_library",
-           "shared_memory_file", "socket_dir"]
+           "available_memory", "describe", "exclusive_lock", "extension_link_flags",
+           "shared_library", "shared_memory_file", "socket_dir"]
 
 PAGE_SIZE = mmap.PAGESIZE
 
@@ -210,3 +212,21 @@ def socket_dir() -> str | None:
     path is at most 104 bytes on macOS, whose per-user temporary folder
     (``/var/folders/.../T/``) takes about 50 of them: /tmp there."""
     return "/tmp" if sys.platform == "darwin" and os.path.isdir("/tmp") else None
+
+
+@contextlib.contextmanager
+def exclusive_lock(path: Path) -> Iterator[int | None]:
+    """The file `path` (made if missing), opened and locked until the block ends: its
+    descriptor. Other holders, in this process (each opens the file anew) or another,
+    wait. Where files cannot be locked (no ``fcntl``), the block runs unlocked with None."""
+    try:
+        import fcntl
+    except ImportError:
+        yield None
+        return
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield fd
+    finally:
+        os.close(fd)  # releases the lock

@@ -85,22 +85,21 @@ def _log_build(args: list[str], what: str, seconds: float) -> None:
     if not path:
         return
     output = Path(args[args.index("-o") + 1]) if "-o" in args[:-1] else None
-    inputs = [a for a in args if a.endswith((".cpp", ".ll", ".h", ".metal"))]
+    inputs = [Path(a) for a in args if a.endswith((".cpp", ".ll", ".h", ".metal"))]
     try:  # the same source built twice the same way shows as one digest twice
-        source = hashlib.sha256(Path(inputs[-1]).read_bytes()).hexdigest()[:16]
+        source = hashlib.sha256(inputs[-1].read_bytes()).hexdigest()[:16]
     except (IndexError, OSError):
         source = None
-    line = {"what": what, "output": output.name if output else None,
-            "kind": _build_kind(args), "source": source, "seconds": round(seconds, 3),
+    kind = _build_kind(args, inputs[-1].name if inputs else "")
+    line = {"what": what, "output": output.name if output else None, "kind": kind,
+            "source": source, "seconds": round(seconds, 3),
             "pid": os.getpid(), "end": round(time.time(), 3)}
     with open(path, "a", encoding="utf-8") as log:  # one short write: lines stay whole
         log.write(json.dumps(line) + "\n")
 
 
-def _build_kind(args: list[str]) -> str:
-    """A clang run's part in a build, told from its flags and files."""
-    inputs = [a for a in args if a.endswith((".cpp", ".ll", ".h", ".metal"))]
-    source = Path(inputs[-1]).name if inputs else ""
+def _build_kind(args: list[str], source: str) -> str:
+    """A clang run's part in a build, told from its flags and its input's name."""
     if "c++-header" in args or "-emit-pch" in args:
         return "precompiled header"
     if "-fsyntax-only" in args or "-E" in args or "-###" in args:

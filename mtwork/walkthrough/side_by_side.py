@@ -7,8 +7,8 @@ order given, a failed or crashed notebook among them with the others' results ke
 
 from __future__ import annotations
 
+import contextlib
 import json
-import os
 import sys
 import threading
 import time
@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TextIO
 
 from .execute import NotebookRun, kernel_environment, run_notebook
+from .export import write_atomically
 
 __all__ = ["expected_seconds", "record_seconds", "run_notebooks", "slowest_first"]
 
@@ -52,13 +53,9 @@ def record_seconds(runs: Sequence[NotebookRun],
     times = _recorded()
     times.update({_record_key(run.notebook, parameters[run.notebook]): round(run.seconds, 1)
                   for run in runs if run.ok})
-    path = _record_path()
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}")
-    try:
-        tmp.write_text(json.dumps(times, indent=0, sort_keys=True))
-        os.replace(tmp, path)
-    except OSError:  # a read-only cache: the next run orders by the notebooks' own hints
-        tmp.unlink(missing_ok=True)
+    # A read-only cache keeps none: the next run orders by the notebooks' own hints.
+    with contextlib.suppress(OSError):
+        write_atomically(_record_path(), json.dumps(times, indent=0, sort_keys=True))
 
 
 def expected_seconds(notebook: Path, parameters: Mapping[str, object],
