@@ -178,9 +178,11 @@ def load() -> ModuleType:
         flags = _flags(nanobind)
         folder = cachedir.cache_dir() / "graph" / _key(compiler, flags, nanobind)
         target = folder / (MODULE_NAME + _suffix())
-        if not cachedir.is_sealed(folder):
-            cachedir.discard(folder)
-            _build(target, compiler, flags, nanobind)
+        # Notebooks run side by side start at once: one builds, the others wait for it.
+        with cachedir.build_lock(folder):
+            if not cachedir.is_sealed(folder):
+                cachedir.discard(folder)
+                _build(target, compiler, flags, nanobind)
         cachedir.pin(folder)
         try:
             module = _import(target)

@@ -88,6 +88,8 @@ def _run(notebook: Path, out_dir: Path, parameters: Mapping[str, object],
          progress: bool) -> NotebookRun:
     import papermill
 
+    from .saving import ENGINE_NAME
+
     out_dir.mkdir(parents=True, exist_ok=True)
     executed = out_dir / notebook.name
     html = executed.with_suffix(".html")
@@ -101,7 +103,7 @@ def _run(notebook: Path, out_dir: Path, parameters: Mapping[str, object],
                 # The kernel starts in the notebook's folder; papermill's own `cwd` would
                 # change this process's folder, under notebooks run side by side in threads.
                 resources={"metadata": {"path": str(notebook.parent.resolve())}},
-                kernel_name="python3",
+                kernel_name="python3", engine_name=ENGINE_NAME,
                 progress_bar={"desc": notebook.stem, "leave": True} if progress else False,
                 config=_kernel_config(Path(sockets)))
         except papermill.PapermillExecutionError as failure:
