@@ -18,6 +18,7 @@ from pathlib import Path
 from .walkthrough.execute import NotebookRun, run_notebook
 from .walkthrough.export import export_html
 from .walkthrough.parameters import notebook_parameters
+from .walkthrough.shared_builds import start_shared_builds
 from .walkthrough.side_by_side import run_notebooks
 
 __all__ = ["export_html", "main", "parser", "run_notebook"]
@@ -148,6 +149,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         return USAGE_ERROR
     env = {"MTWORK_BACKEND": backend} if isinstance(backend, str) else {}
     jobs = args.jobs or _default_jobs(backend if isinstance(backend, str) else None)
+    start_shared_builds(backend if isinstance(backend, str) else None)
     runs = run_notebooks(notebooks, Path(args.out), shares, jobs=jobs, env=env)
     print("\n".join(_summary(runs)))
     failed = [run for run in runs if not run.ok]
