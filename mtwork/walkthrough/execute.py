@@ -21,6 +21,8 @@ __all__ = ["NotebookRun", "kernel_environment", "run_notebook"]
 # Plotly >= 6 only emits a mimetype nbconvert drops; the notebook renderer embeds plotly.js
 # so the walkthrough draws offline.
 _KERNEL_ENV = {"PLOTLY_RENDERER": "notebook"}
+# What the kernel runs before the first cell (see the file), unless the caller has its own.
+_KERNEL_STARTUP = {"PYTHONSTARTUP": str(Path(__file__).with_name("kernel_startup.py"))}
 
 
 @dataclass(frozen=True)
@@ -47,7 +49,8 @@ def kernel_environment(extra: Mapping[str, str]) -> Iterator[None]:
     notebooks run the checkout's package, whatever is installed), plus `extra`."""
     package_root = str(Path(__file__).resolve().parents[2])
     path = os.pathsep.join(p for p in (package_root, os.environ.get("PYTHONPATH")) if p)
-    changes = {**_KERNEL_ENV, **extra, "PYTHONPATH": path}
+    startup = {} if os.environ.get("PYTHONSTARTUP") else _KERNEL_STARTUP
+    changes = {**_KERNEL_ENV, **startup, **extra, "PYTHONPATH": path}
     saved = {name: os.environ.get(name) for name in changes}
     os.environ.update(changes)
     try:
