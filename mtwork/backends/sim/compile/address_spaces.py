@@ -118,8 +118,8 @@ def _precompiled(program: Program, tree: SourceTree, flags: list[str]) -> Path |
     tu = Translation(head, program.sources, tree.root, head)
     headers = precompiled.leading_headers(tu, SHIM_DIR, check_headers_dir())
     includes = ["-I", str(check_headers_dir())]
-    key = digest("check", *headers, " ".join(flags), *includes, shim_version(),
-                 toolchain_identity())
+    key = digest("check", *headers, " ".join([*flags, *precompiled.BUILD_FLAGS]), *includes,
+                 shim_version(), toolchain_identity())
     target = cache_dir() / "pch" / f"check-{key}.pch"
     header = target.with_suffix(".h")
     if precompiled.usable(target) and precompiled.usable(header):
@@ -134,8 +134,9 @@ def _precompiled(program: Program, tree: SourceTree, flags: list[str]) -> Path |
                             + "".join(f'#include "{h}"\n' for h in headers))
             cachedir.publish(text, header)
             built = work / target.name
-            result = run_clang([*flags, *includes, "-c", "-Xclang", "-emit-pch", str(header),
-                                "-o", str(built)], "the check's precompiled header", raw=True)
+            result = run_clang([*flags, *precompiled.BUILD_FLAGS, *includes, "-c", "-Xclang",
+                                "-emit-pch", str(header), "-o", str(built)],
+                               "the check's precompiled header", raw=True)
             if result.returncode != 0:
                 return None
             cachedir.publish(built, target)
