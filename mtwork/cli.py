@@ -149,8 +149,10 @@ def _cmd_run(args: argparse.Namespace) -> int:
         return USAGE_ERROR
     env = {"MTWORK_BACKEND": backend} if isinstance(backend, str) else {}
     jobs = args.jobs or _default_jobs(backend if isinstance(backend, str) else None)
-    start_shared_builds(backend if isinstance(backend, str) else None)
+    shared_builds = start_shared_builds(backend if isinstance(backend, str) else None)
     runs = run_notebooks(notebooks, Path(args.out), shares, jobs=jobs, env=env)
+    for thread in shared_builds:  # done long before on a real run; none outlives the command
+        thread.join()
     print("\n".join(_summary(runs)))
     failed = [run for run in runs if not run.ok]
     if failed:

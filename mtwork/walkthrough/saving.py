@@ -17,13 +17,13 @@ from typing import Any
 
 from papermill.engines import NBClientEngine, NotebookExecutionManager, papermill_engines
 
-__all__ = ["ENGINE_NAME", "SAVE_EVERY"]
+__all__ = ["ENGINE_NAME", "SAVE_EVERY", "SparseSaves"]
 
 ENGINE_NAME = "mtwork"
 SAVE_EVERY = 5.0  # seconds between two saves while cells run
 
 
-class _SparseSaves(NotebookExecutionManager):
+class SparseSaves(NotebookExecutionManager):
     """Saves while cells run at most every SAVE_EVERY seconds; at the end always."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -44,14 +44,14 @@ class _SparseSaves(NotebookExecutionManager):
 
 
 class _Engine(NBClientEngine):
-    """nbclient's engine with `_SparseSaves` (papermill's `Engine.execute_notebook`
+    """nbclient's engine with `SparseSaves` (papermill's `Engine.execute_notebook`
     builds its manager itself, so this is that method with the manager swapped)."""
 
     @classmethod
     def execute_notebook(cls, nb: Any, kernel_name: str, output_path: str | None = None,
                          progress_bar: Any = True, log_output: bool = False,
                          autosave_cell_every: int = 30, **kwargs: Any) -> Any:
-        manager = _SparseSaves(nb, output_path=output_path, progress_bar=progress_bar,
+        manager = SparseSaves(nb, output_path=output_path, progress_bar=progress_bar,
                                log_output=log_output, autosave_cell_every=autosave_cell_every)
         manager.notebook_start()
         try:
