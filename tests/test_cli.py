@@ -158,6 +158,9 @@ def test_jobs_run_notebooks_at_once_slowest_first_and_keep_every_result(
         capfd, tmp_path, monkeypatch):
     monkeypatch.setenv("MTWORK_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.chdir(tmp_path)  # paths relative to here stay right while others run
+    # These notebooks run no kernel: a fresh cache's shared builds beside them would only
+    # load the machine and blur the order of their ends, which this test reads.
+    monkeypatch.setattr(cli, "start_shared_builds", lambda backend: [])
     (tmp_path / "nb").mkdir()
     in_its_folder = f"import os; assert os.getcwd() == {str(tmp_path / 'nb')!r}"
     quick = hinted(Path("nb/quick.ipynb"), 1, in_its_folder)
